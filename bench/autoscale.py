@@ -74,6 +74,8 @@ def load_trace(path: Path) -> Trace:
             if value < 0 or not math.isfinite(value):
                 raise ValueError(f"{path}: minute {row[0]} has invalid value {row[1]}")
             values.append(value)
+    if not values:
+        raise ValueError(f"{path}: no minutes")
     unit: TraceUnit = "requests" if header[1] == "requests" else "audio_seconds"
     return Trace(path.stem, tuple(values), unit)
 

@@ -147,7 +147,7 @@ def test_load_trace_accepts_audio_seconds_and_rejects_bad_files(tmp_path: Path) 
     trace = autoscale.load_trace(good)
     assert trace.unit == "audio_seconds"
     assert trace.requests(6.0).tolist() == [2.0, 0.0]
-    for text in ("minute,calls\n0,1\n", "minute,requests\n0,1\n2,1\n", "minute,requests\n0,-1\n"):
+    for text in ("minute,requests\n", "minute,calls\n0,1\n", "minute,requests\n0,1\n2,1\n", "minute,requests\n0,-1\n"):
         bad = tmp_path / "bad.csv"
         bad.write_text(text)
         with pytest.raises(ValueError):
