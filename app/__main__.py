@@ -1,0 +1,66 @@
+"""``python -m app``: start the server. Every flag maps onto the ``TTS_*`` setting of the same name."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+from typing import Any
+
+import uvicorn
+
+from app.server import create_app
+from app.settings import Settings, SettingsError, documented
+
+log = logging.getLogger("app")
+
+
+class _DrainingServer(uvicorn.Server):
+    """On SIGTERM/SIGINT mark the app as draining (readiness goes 503, new speech gets 503), then
+    let uvicorn stop accepting and wait up to the grace period for in-flight streams."""
+
+    def __init__(self, config: uvicorn.Config, app: Any) -> None:
+        super().__init__(config)
+        self._app = app
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        services = getattr(self._app.state, "services", None)
+        if services is not None:
+            services.draining = True
+        log.info("signal %d: draining in-flight requests (grace %.0f s)", sig, self.config.timeout_graceful_shutdown)
+        super().handle_exit(sig, frame)
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m app", description="Kokoro-82M TTS server",
+                                     epilog="Every flag overrides the TTS_* environment variable of the same name.")
+    docs = {name: text for name, _, text in documented()}
+    for f in dataclasses.fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        parser.add_argument(flag, dest=f.name, default=None, help=docs.get(f"TTS_{f.name.upper()}", ""))
+    return {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    flags = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        env = dict(os.environ)
+        env.update({f"TTS_{k.upper()}": str(v) for k, v in flags.items()})
+        settings = Settings.from_env(env)
+    except SettingsError as exc:
+        print(f"invalid setting: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, workers=1, log_level=settings.log_level,
+                            timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None, lifespan="on",
+                            log_config=None)
+    server = _DrainingServer(config, app)
+    server.run()
+    return 0 if server.started or not server.should_exit else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

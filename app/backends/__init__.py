@@ -1,0 +1,23 @@
+"""Inference runtimes behind one small interface (`app.backends.base.Backend`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from app.backends.base import Backend
+from app.sizing import PoolShape
+
+
+def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
+           cache_dir: Path | None) -> Backend:
+    """Build (but do not load) the backend called ``name``."""
+    if name == "openvino":
+        from app.backends.openvino import OpenVinoBackend
+
+        return OpenVinoBackend(model_path, shape, runtime_defaults=runtime_defaults, precision=precision,
+                               cache_dir=cache_dir)
+    if name == "onnxruntime":
+        from app.backends.onnxruntime import OnnxRuntimeBackend
+
+        return OnnxRuntimeBackend(model_path, shape, runtime_defaults=runtime_defaults)
+    raise ValueError(f"unknown backend {name!r}")

@@ -1,0 +1,57 @@
+"""The interface every inference runtime offers the pool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the runtime actually runs, read back from it after loading."""
+
+    backend: str
+    """``openvino`` or ``onnxruntime``."""
+    slots: int
+    """Inferences that may run at once (one infer request or session each)."""
+    streams: int
+    """Streams the runtime resolved (OpenVINO ``NUM_STREAMS``; ONNX Runtime: sessions)."""
+    threads: int
+    """Threads across all streams (OpenVINO ``INFERENCE_NUM_THREADS``; 0 = runtime default)."""
+    precision: str
+    """Inference precision the runtime reports."""
+    load_s: float
+    """Seconds the last load took."""
+    from_cache: bool | None
+    """Whether OpenVINO imported the compiled model from its cache (None where not applicable)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Runtime-specific properties worth showing."""
+
+
+class Backend(Protocol):
+    """A loaded model that runs one inference per slot at a time.
+
+    `load` and `unload` are called by one thread at a time, never while `infer` runs (the
+    lifecycle guarantees that). `infer` is called from worker threads, at most one call per slot
+    at a time, and returns a fresh array the caller owns.
+    """
+
+    name: str
+
+    @property
+    def loaded(self) -> bool: ...
+
+    def load(self) -> Resolved: ...
+
+    def unload(self) -> None: ...
+
+    def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+              speed: float) -> npt.NDArray[np.float32]: ...
+
+    def files(self) -> list[Path]:
+        """Files read to build inference state (model, compile cache): evicted on release."""
+        ...

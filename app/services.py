@@ -1,0 +1,58 @@
+"""Everything a request needs, built once in the app's lifespan (no module globals)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from app import backends, modelfile
+from app.engine import Engine
+from app.frontend import Frontend
+from app.metrics import Metrics
+from app.pool import StreamPool
+from app.settings import Settings
+from app.sizing import CpuBudget, PoolShape, read_budget, shape_for
+from app.vocab import Vocab
+from app.voices import VoiceBank
+from lifecycle.manager import LifecycleManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    settings: Settings
+    engine: Engine
+    lifecycle: LifecycleManager
+    metrics: Metrics
+    budget: CpuBudget
+    shape: PoolShape
+    draining: bool = field(default=False)
+
+    @property
+    def pool(self) -> StreamPool:
+        return self.engine.pool
+
+
+def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolShape]:
+    """Resolve the model and voices and wire the engine; loads nothing heavy yet (blocking I/O)."""
+    shape = shape_for(budget, settings.streams, settings.threads_per_stream)
+    model_path = modelfile.resolve(settings.model_path, settings.cache_dir)
+    cache = settings.cache_dir / "openvino" if settings.compile_cache else None
+    backend = backends.create(settings.backend, model_path, shape, runtime_defaults=settings.runtime_defaults,
+                              precision=settings.precision, cache_dir=cache)
+    voices = VoiceBank.load(settings.voices_path)
+    queue = settings.queue_size or 2 * shape.streams
+    engine = Engine(backend, StreamPool(shape.streams, queue), Frontend(), voices, Vocab.embedded(),
+                    default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
+                    max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend)
+    log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
+             shape.threads_per_stream, queue)
+    return engine, shape
+
+
+def default_voice(settings: Settings, voices: VoiceBank) -> str:
+    return settings.default_voice or voices.names[0]
+
+
+__all__ = ["Services", "build_engine", "default_voice", "read_budget"]

@@ -1,0 +1,165 @@
+"""One door for configuration: every setting is a ``TTS_*`` environment variable.
+
+`Settings.from_env` is the only place that reads the environment (the CLI maps its flags onto the
+same names). A bad value fails at start with the variable's name and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PREFIX = "TTS_"
+BACKENDS = ("openvino", "onnxruntime")
+PRECISIONS = ("f32", "bf16", "f16")
+
+
+class SettingsError(ValueError):
+    """A setting has a value the server cannot use; the message names the variable."""
+
+
+def _default_cache_dir() -> Path:
+    return Path(os.path.expanduser("~")) / ".cache" / "kokoro-tts"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server can be told. Field ``x`` is read from ``TTS_X``."""
+
+    host: str = "0.0.0.0"
+    """Interface to listen on (``--host``)."""
+    port: int = 8080
+    """TCP port (``--port``); ``PORT`` (as Cloud Run sets it) is used when ``TTS_PORT`` is unset."""
+    backend: str = "openvino"
+    """Inference runtime: ``openvino`` (default) or ``onnxruntime``."""
+    model_path: Path | None = None
+    """ONNX model file; unset means the embedded int8 Kokoro-82M assembled from PyPI packages."""
+    voices_path: Path | None = None
+    """Voices file (``.npz`` or the official ``voices-v1.0.bin``); unset means the embedded voices."""
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+    """Writable directory for the assembled model and the OpenVINO compile cache."""
+    compile_cache: bool = True
+    """Use OpenVINO's on-disk compile cache (``CACHE_DIR``) under ``cache_dir``."""
+    streams: int = 0
+    """Inference streams (concurrent inferences); 0 sizes them from the CPUs the container has."""
+    threads_per_stream: int = 0
+    """Threads per stream; 0 sizes them from the CPUs the container has."""
+    runtime_defaults: bool = False
+    """Leave streams/threads to the runtime's own defaults (benchmark baseline), ``streams`` slots."""
+    precision: str = "f32"
+    """OpenVINO inference precision hint; f32 keeps the audio identical to the reference."""
+    queue_size: int = 0
+    """Requests allowed to wait for a stream beyond those running; 0 means 2 × streams."""
+    max_input_chars: int = 4096
+    """Longest accepted ``input``; longer gets 413."""
+    first_chunk_tokens: int = 100
+    """Upper bound on the first model chunk, so first audio comes early."""
+    max_chunk_tokens: int = 400
+    """Upper bound on later model chunks (the model accepts at most 510)."""
+    default_voice: str = ""
+    """Voice used when a request names none; empty picks the first voice of the voices file."""
+    lang: str = "en-us"
+    """Default accent: ``en-us`` or ``en-gb``."""
+    quiet_window_s: float = 45.0
+    """Seconds without a request in flight before inference state is released; 0 never releases."""
+    release_frontend: bool = True
+    """Also release the text front end (spaCy, lexicons) on release."""
+    admin_token: str = ""
+    """Bearer token for admin endpoints (manual release); empty disables them."""
+    api_key: str = ""
+    """Bearer token required on the speech endpoints; empty means open."""
+    shutdown_grace_s: float = 10.0
+    """Seconds in-flight streams get to finish after SIGTERM."""
+    log_level: str = "info"
+    """Python logging level name."""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
+        """Build settings from ``TTS_*`` variables (and ``PORT``); ``overrides`` win over both."""
+        values: dict[str, Any] = {}
+        if "PORT" in env and f"{PREFIX}PORT" not in env:
+            values["port"] = _convert("PORT", env["PORT"], int)
+        for f in dataclasses.fields(cls):
+            name = f"{PREFIX}{f.name.upper()}"
+            if name in env:
+                values[f.name] = _convert(name, env[name], _kind(f))
+        for key, value in overrides.items():
+            if value is not None:
+                values[key] = value
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("backend", self.backend in BACKENDS, f"one of {', '.join(BACKENDS)}"),
+            ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
+            ("port", 0 <= self.port <= 65535, "a TCP port"),
+            ("streams", self.streams >= 0, "0 (auto) or more"),
+            ("threads_per_stream", self.threads_per_stream >= 0, "0 (auto) or more"),
+            ("queue_size", self.queue_size >= 0, "0 (auto) or more"),
+            ("max_input_chars", self.max_input_chars > 0, "positive"),
+            ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),
+            ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
+            ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
+            ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
+            ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise SettingsError(f"{PREFIX}{name.upper()}={getattr(self, name)!r}: must be {expected}")
+
+    def public(self) -> dict[str, Any]:
+        """Settings as JSON-safe values, secrets masked (for logs and the info endpoint)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("admin_token", "api_key"):
+                value = "set" if value else ""
+            out[f.name] = str(value) if isinstance(value, Path) else value
+        return out
+
+
+def _kind(f: dataclasses.Field[Any]) -> type:
+    text = str(f.type)
+    for kind in (bool, int, float):
+        if text == kind.__name__:
+            return kind
+    return Path if "Path" in text else str
+
+
+def _convert(name: str, raw: str, kind: type) -> Any:
+    raw = raw.strip()
+    try:
+        if kind is bool:
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if kind is Path:
+            return Path(raw) if raw else None
+        return kind(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected {kind.__name__}") from None
+
+
+def documented() -> list[tuple[str, str, str]]:
+    """(variable, default, description) for every setting, from the attribute docstrings."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(Settings))
+    docs: dict[str, str] = {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    for node, after in zip(body, body[1:], strict=False):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                docs[node.target.id] = str(after.value.value)
+    rows = []
+    for f in dataclasses.fields(Settings):
+        default = f.default if f.default is not dataclasses.MISSING else "~/.cache/kokoro-tts"
+        rows.append((f"{PREFIX}{f.name.upper()}", str(default), docs.get(f.name, "")))
+    return rows

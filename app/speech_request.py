@@ -1,0 +1,80 @@
+"""The body of ``POST /v1/audio/speech``, checked field by field (OpenAI's shape plus a few extras)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from app.audio import FORMATS
+from app.errors import InputTooLarge, InvalidInput, InvalidType
+
+MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+"""Accepted model names: ours, and OpenAI's, so unchanged OpenAI clients work."""
+_LANGS = {"a": "en-us", "en-us": "en-us", "en": "en-us", "b": "en-gb", "en-gb": "en-gb"}
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    input: str
+    voice: str
+    response_format: str
+    speed: float
+    stream: bool
+    lang: str | None
+    """Accent override (``en-us`` or ``en-gb``); None follows the voice."""
+    phonemes: bool
+    """``input`` is a phoneme string, not text."""
+
+    @classmethod
+    def from_body(cls, raw: bytes, *, max_input_chars: int, default_voice: str) -> SpeechRequest:
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            raise InvalidInput(f"the body is not valid JSON: {str(exc)[:120]}", code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise InvalidType("the body must be a JSON object")
+        model = _get(body, "model", str, "kokoro")
+        if model not in MODELS:
+            raise InvalidInput(f"unknown model {model[:60]!r}; use one of {', '.join(MODELS)}", param="model",
+                               code="model_not_found")
+        text = _get(body, "input", str, None)
+        if text is None:
+            raise InvalidInput("'input' is required", param="input")
+        if len(text) > max_input_chars:
+            raise InputTooLarge(f"input is {len(text)} characters; the limit is {max_input_chars}", param="input")
+        if not text.strip():
+            raise InvalidInput("input is empty", param="input", code="empty_input")
+        fmt = _get(body, "response_format", str, "mp3")
+        if fmt not in FORMATS:
+            raise InvalidInput(f"unsupported response_format {fmt[:40]!r}; use one of {', '.join(FORMATS)}",
+                               param="response_format")
+        speed = _get(body, "speed", float, 1.0)
+        lang_code = _get(body, "lang_code", str, None)
+        if lang_code is not None and lang_code.lower() not in _LANGS:
+            raise InvalidInput("lang_code must be 'a' (American) or 'b' (British)", param="lang_code")
+        input_format = _get(body, "input_format", str, "text")
+        if input_format not in ("text", "phonemes"):
+            raise InvalidInput("input_format must be 'text' or 'phonemes'", param="input_format")
+        return cls(
+            input=text,
+            voice=_get(body, "voice", str, default_voice) or default_voice,
+            response_format=fmt,
+            speed=speed,
+            stream=_get(body, "stream", bool, True),
+            lang=_LANGS[lang_code.lower()] if lang_code else None,
+            phonemes=input_format == "phonemes",
+        )
+
+
+def _get(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InvalidType(f"'{name}' must be a number", param=name)
+        return float(value)
+    if not isinstance(value, kind):
+        raise InvalidType(f"'{name}' must be a {'string' if kind is str else 'boolean'}", param=name)
+    return value

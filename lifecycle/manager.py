@@ -1,0 +1,204 @@
+"""The lifecycle manager: warm → released after a quiet window, released → warm on demand.
+
+Threads and tasks:
+- Requests wrap their whole life in `in_use` (on the event loop). The in-flight count rises
+  before the state is checked, and the watcher checks the count and moves to RELEASING with no
+  ``await`` in between, so a request either keeps the state from being released or sees that a
+  release has begun and waits for it.
+- `_lock` (an asyncio lock) serializes release and restore: requests that arrive while
+  released all wait for one restore (no stampede); a request arriving during a release waits
+  for the release to finish, then restores.
+- The `Reclaimable`'s `release`/`restore` run in a worker thread so the loop keeps serving
+  health checks and refusing overload while they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+
+from lifecycle import pagecache, trim
+from lifecycle.meter import Meter, Reading
+from lifecycle.protocol import Reclaimable
+from lifecycle.states import State, StateMachine, Transition
+
+log = logging.getLogger(__name__)
+
+
+class NotReady(RuntimeError):
+    """Inference state could not be built; the request cannot be served now."""
+
+
+class Busy(RuntimeError):
+    """A manual release was asked for while requests are in flight."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A transition with its cost: what observers (metrics, logs) receive."""
+
+    transition: Transition
+    seconds: float
+    """Duration of the work the transition ends (release, restore, load); 0 for a start."""
+    memory_before: Reading
+    memory_after: Reading
+
+
+class LifecycleManager:
+    def __init__(self, target: Reclaimable, *, quiet_window_s: float, meter: Meter | None = None,
+                 evict_files: bool = True, on_event: Callable[[Event], None] | None = None) -> None:
+        self.target = target
+        self.quiet_window_s = quiet_window_s
+        self.meter = meter or Meter()
+        self.evict_files = evict_files
+        self.machine = StateMachine()
+        self._on_event = on_event
+        self._lock = asyncio.Lock()
+        self._in_flight = 0
+        self._idle_since = time.monotonic()
+        self._watcher: asyncio.Task[None] | None = None
+        self.last_restore_s: float | None = None
+        self.last_release_s: float | None = None
+        self.last_restore_parts: dict[str, float] = {}
+        self.last_error: str | None = None
+
+    @property
+    def state(self) -> State:
+        return self.machine.state
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def start(self) -> None:
+        """LOADING → WARM (the first load), then watch for quiet windows."""
+        before = self.meter.read()
+        started = time.perf_counter()
+        try:
+            self.last_restore_parts = await anyio.to_thread.run_sync(self.target.restore)
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._emit(self.machine.move(State.FAILED), time.perf_counter() - started, before)
+            raise
+        self._emit(self.machine.move(State.WARM), time.perf_counter() - started, before)
+        self._idle_since = time.monotonic()
+        if self.quiet_window_s > 0:
+            self._watcher = asyncio.create_task(self._watch(), name="lifecycle-watcher")
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            try:
+                await self._watcher
+            except asyncio.CancelledError:
+                pass
+            self._watcher = None
+
+    @asynccontextmanager
+    async def in_use(self) -> AsyncIterator[None]:
+        """Hold the state warm for the block; restore it first if it was released."""
+        self._in_flight += 1
+        try:
+            if self.machine.state is not State.WARM:
+                await self._ensure_warm()
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle_since = time.monotonic()
+
+    async def release(self, *, manual: bool = False) -> bool:
+        """Release now if nothing is in flight; False if there was nothing to release.
+
+        ``manual`` raises `Busy` instead of waiting when requests are in flight.
+        """
+        if manual and self._in_flight:
+            raise Busy(f"{self._in_flight} requests in flight")
+        async with self._lock:
+            if self._in_flight or self.machine.state is not State.WARM:
+                if manual and self._in_flight:
+                    raise Busy(f"{self._in_flight} requests in flight")
+                return False
+            await self._release_locked()
+            return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """State for the lifecycle endpoint."""
+        idle_for = 0.0 if self._in_flight else time.monotonic() - self._idle_since
+        return {
+            "state": self.machine.state.value,
+            "since": self.machine.since,
+            "quiet_window_s": self.quiet_window_s,
+            "in_flight": self._in_flight,
+            "idle_for_s": round(idle_for, 3),
+            "transitions": dict(self.machine.counts),
+            "last_restore_s": self.last_restore_s,
+            "last_restore_parts": self.last_restore_parts,
+            "last_release_s": self.last_release_s,
+            "last_error": self.last_error,
+            "memory": self.meter.read().as_dict(),
+        }
+
+    async def _ensure_warm(self) -> None:
+        async with self._lock:
+            if self.machine.state is State.WARM:
+                return
+            if self.machine.state is State.LOADING:
+                raise NotReady("the model is still loading")
+            before = self.meter.read()
+            self.machine.move(State.RESTORING)
+            started = time.perf_counter()
+            try:
+                self.last_restore_parts = await anyio.to_thread.run_sync(self.target.restore)
+            except Exception as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("restore failed")
+                self._emit(self.machine.move(State.FAILED), time.perf_counter() - started, before)
+                raise NotReady(f"inference state could not be restored: {self.last_error}") from exc
+            self.last_restore_s = time.perf_counter() - started
+            self._emit(self.machine.move(State.WARM), self.last_restore_s, before)
+
+    async def _release_locked(self) -> None:
+        before = self.meter.read()
+        self.machine.move(State.RELEASING)
+        started = time.perf_counter()
+        try:
+            await anyio.to_thread.run_sync(self._release_blocking)
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("release failed")
+            self._emit(self.machine.move(State.FAILED), time.perf_counter() - started, before)
+            return
+        self.last_release_s = time.perf_counter() - started
+        self._emit(self.machine.move(State.RELEASED), self.last_release_s, before)
+
+    def _release_blocking(self) -> None:
+        files = self.target.files()
+        self.target.release()
+        trim.collect_and_trim()
+        if self.evict_files:
+            pagecache.evict(files)
+
+    async def _watch(self) -> None:
+        tick = min(1.0, max(0.05, self.quiet_window_s / 4))
+        while True:
+            await asyncio.sleep(tick)
+            quiet = time.monotonic() - self._idle_since >= self.quiet_window_s
+            # Checked and acted on with no await in between: see the module docstring.
+            if quiet and self._in_flight == 0 and self.machine.state is State.WARM and not self._lock.locked():
+                await self.release()
+
+    def _emit(self, transition: Transition, seconds: float, before: Reading) -> None:
+        after = self.meter.read()
+        log.info("lifecycle now %s: %.3f s, billable %.0f MB -> %.0f MB, rss %.0f MB -> %.0f MB",
+                 transition.target.value, seconds, before.billable / 1e6, after.billable / 1e6,
+                 before.rss / 1e6, after.rss / 1e6)
+        if self._on_event is not None:
+            self._on_event(Event(transition, seconds, before, after))

@@ -1,0 +1,68 @@
+"""The lifecycle's states and the only transitions allowed between them."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+class State(enum.Enum):
+    LOADING = "loading"
+    WARM = "warm"
+    RELEASING = "releasing"
+    RELEASED = "released"
+    RESTORING = "restoring"
+    FAILED = "failed"
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.LOADING: frozenset({State.WARM, State.FAILED}),
+    State.WARM: frozenset({State.RELEASING}),
+    State.RELEASING: frozenset({State.RELEASED, State.FAILED}),
+    State.RELEASED: frozenset({State.RESTORING}),
+    State.RESTORING: frozenset({State.WARM, State.FAILED}),
+    State.FAILED: frozenset({State.RESTORING}),  # the way back: the next request tries again
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One recorded change of state."""
+
+    source: State
+    target: State
+    at: float
+    """Wall-clock time (``time.time``) of the change."""
+    seconds_in_source: float
+    """How long the machine was in ``source``."""
+
+
+class StateMachine:
+    """Holds the current state; `move` checks the table, logs and counts every change."""
+
+    def __init__(self) -> None:
+        self.state = State.LOADING
+        self.since = time.time()
+        self._since_mono = time.monotonic()
+        self.counts: Counter[str] = Counter()
+        self.last: Transition | None = None
+
+    def move(self, target: State) -> Transition:
+        if target not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"{self.state.value} -> {target.value} is not allowed")
+        now = time.monotonic()
+        transition = Transition(self.state, target, time.time(), now - self._since_mono)
+        log.info("lifecycle %s -> %s after %.3f s", self.state.value, target.value, transition.seconds_in_source)
+        self.state, self.since, self._since_mono = target, transition.at, now
+        self.counts[f"{transition.source.value}->{target.value}"] += 1
+        self.last = transition
+        return transition
