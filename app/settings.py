@@ -42,6 +42,8 @@ class Settings:
     """Voices file (``.npz`` or the official ``voices-v1.0.bin``); unset means the embedded voices."""
     cache_dir: Path = field(default_factory=_default_cache_dir)
     """Writable directory for the assembled model and the OpenVINO compile cache."""
+    baked_cache_dir: Path | None = None
+    """Read-only compile cache baked into the image at build time; used when its key matches."""
     compile_cache: bool = True
     """Use OpenVINO's on-disk compile cache (``CACHE_DIR``) under ``cache_dir``."""
     streams: int = 0
