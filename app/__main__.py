@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -58,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
                             timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None, lifespan="on",
                             log_config=None)
     server = _DrainingServer(config, app)
+    # uvicorn re-raises the captured signal after its graceful shutdown, to the handler that was
+    # installed before it ran; a no-op there makes a drained SIGTERM end in exit status 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     server.run()
-    return 0 if server.started or not server.should_exit else 1
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

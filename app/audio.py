@@ -65,7 +65,13 @@ class Encoder:
     def encode(self, samples: npt.NDArray[np.float32]) -> bytes:
         if self._file is not None and self._sink is not None:
             self._file.write(np.clip(samples, -1.0, 1.0))
-            return self._sink.take() if self._streaming else b""
+            if not self._streaming:
+                return b""
+            out = self._sink.take()
+            if self.format == "mp3" and not self._started and out:
+                out = _drop_tag_placeholder(out)
+            self._started = self._started or bool(out)
+            return out
         out = to_int16(samples)
         self._pcm_samples += len(samples)
         if self.format == "wav" and not self._started and self._streaming:
@@ -91,6 +97,33 @@ def whole(fmt: str, chunks: list[npt.NDArray[np.float32]]) -> bytes:
     body = b"".join(encoder.encode(c) for c in chunks)
     tail = encoder.finish()
     return tail + body if fmt == "wav" else body + tail
+
+
+def _drop_tag_placeholder(data: bytes) -> bytes:
+    """Drop the empty first MP3 frame that LAME fills with its Xing/Info tag at close.
+
+    A stream cannot be patched after it is sent, and an unfilled tag frame (zeros after the
+    header) makes decoders misread the start, so streams go out without it.
+    """
+    if len(data) < 4 or data[0] != 0xFF or (data[1] & 0xE0) != 0xE0:
+        return data
+    version = (data[1] >> 3) & 0x3  # 3 = MPEG-1, 2 = MPEG-2, 0 = MPEG-2.5
+    bitrate_index, rate_index, padding = data[2] >> 4, (data[2] >> 2) & 0x3, (data[2] >> 1) & 0x1
+    bitrates = (_MPEG1_L3_KBPS if version == 3 else _MPEG2_L3_KBPS)
+    rates = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}.get(version)
+    if rates is None or rate_index == 3 or bitrate_index in (0, 15):
+        return data
+    per_frame = 144 if version == 3 else 72
+    length = per_frame * bitrates[bitrate_index] * 1000 // rates[rate_index] + padding
+    frame = data[:length]
+    payload = frame[4:]
+    if len(frame) == length and (not payload.strip(b"\0") or b"Xing" in frame or b"Info" in frame):
+        return data[length:]
+    return data
+
+
+_MPEG1_L3_KBPS = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+_MPEG2_L3_KBPS = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
 
 
 class _Sink:

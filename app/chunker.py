@@ -3,7 +3,8 @@
 The model takes at most 510 tokens. Nothing is ever dropped: a piece that fits nowhere else is
 cut at a word boundary, and a single word longer than a chunk is cut hard.
 
-Chunks grow: the first is bounded by ``first_max`` so the first audio leaves early, and each
+Chunks grow: the first is one sentence (or its first clauses, within ``first_max``) so the
+first audio leaves early, and each
 later bound doubles up to ``max_tokens``. Synthesis of chunk k+1 runs while chunk k plays, so a
 chunk at most twice as long as the one before keeps playback fed at the real-time factors
 measured here, where one giant second chunk would stall it.
@@ -37,11 +38,17 @@ def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
                 out.append(current)
                 current, limit = "", min(max_tokens, limit * 2)
                 pending.appendleft(piece)
-            else:
-                pending.extendleft(reversed(_split_finer(piece, limit)))
+                continue
+            parts = _split_finer(piece)
+            if len(parts) > 1:
+                pending.extendleft(reversed(parts))
+            else:  # one word longer than a chunk: cut it, never drop it
+                out.append(piece[:limit])
+                pending.appendleft(piece[limit:])
+                limit = min(max_tokens, limit * 2)
             continue
         joined = f"{current} {piece}" if current else piece
-        if len(joined) <= limit:
+        if len(joined) <= limit and (out or not current):
             current = joined
         else:
             out.append(current)
@@ -51,10 +58,10 @@ def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
     return out
 
 
-def _split_finer(piece: str, limit: int) -> list[str]:
-    """Split at clause boundaries, else word boundaries, else hard at ``limit`` characters."""
+def _split_finer(piece: str) -> list[str]:
+    """Split at clause boundaries, else word boundaries; one part means there is none."""
     for boundary in _FINER:
         parts = [p for p in boundary.split(piece) if p]
         if len(parts) > 1:
             return parts
-    return [piece[i : i + limit] for i in range(0, len(piece), limit)]
+    return [piece]

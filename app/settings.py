@@ -60,8 +60,9 @@ class Settings:
     """Longest accepted ``input``; longer gets 413."""
     first_chunk_tokens: int = 100
     """Upper bound on the first model chunk, so first audio comes early."""
-    max_chunk_tokens: int = 400
-    """Upper bound on later model chunks (the model accepts at most 510)."""
+    max_chunk_tokens: int = 250
+    """Upper bound on later model chunks (the model accepts at most 510); a hung-up client's
+    synthesis stops after the chunk in progress, so smaller chunks waste less."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
     lang: str = "en-us"

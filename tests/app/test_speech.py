@@ -1,0 +1,160 @@
+"""The speech endpoint against the real model, through Starlette's TestClient (lifespan included)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from app.server import create_app
+from app.settings import Settings
+
+SHORT = "Hello there."
+LONGER = "Hello there. This one is longer, so its audio is too."
+
+
+@pytest.fixture(scope="module")
+def client(cache_dir: Path) -> Iterator[TestClient]:
+    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def speak(client: TestClient, text: str, **extra: object) -> np.ndarray:
+    body = {"model": "kokoro", "input": text, "voice": "jf_alpha", "response_format": "pcm", **extra}
+    response = client.post("/v1/audio/speech", json=body)
+    assert response.status_code == 200, response.text
+    return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32767
+
+
+def test_audio_is_24khz_finite_and_not_silent(client: TestClient) -> None:
+    response = client.post("/v1/audio/speech", json={"input": SHORT, "voice": "jf_alpha", "response_format": "wav"})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "audio/wav"
+    import soundfile as sf
+
+    samples, rate = sf.read(io.BytesIO(response.content), dtype="float32")
+    assert rate == 24000
+    assert np.isfinite(samples).all()
+    assert np.sqrt(np.mean(samples**2)) > 0.01
+    assert 0.3 < len(samples) / rate < 5
+
+
+def test_length_grows_with_text(client: TestClient) -> None:
+    assert len(speak(client, LONGER)) > 2 * len(speak(client, SHORT))
+
+
+def test_same_request_same_audio_twice_and_under_concurrency(client: TestClient) -> None:
+    reference = speak(client, LONGER)
+    assert np.array_equal(reference, speak(client, LONGER))
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: speak(client, LONGER), range(3)))
+    for audio in results:
+        assert np.array_equal(reference, audio)
+
+
+def test_speed_shortens_audio(client: TestClient) -> None:
+    assert len(speak(client, LONGER, speed=2.0)) < 0.7 * len(speak(client, LONGER))
+
+
+def test_blended_voice_speaks(client: TestClient) -> None:
+    blend = speak(client, SHORT, voice="jf_alpha(2)+jm_kumo(1)")
+    assert not np.array_equal(blend, speak(client, SHORT))
+    assert np.sqrt(np.mean(blend**2)) > 0.01
+
+
+def test_numbers_currency_and_times_are_read_out(client: TestClient) -> None:
+    plain = speak(client, "It costs money.")
+    spelled = speak(client, "It costs $1,234.56 at 3:30 pm.")
+    assert len(spelled) > 2 * len(plain)  # the digits became words, not silence
+
+
+def test_raw_phonemes_are_accepted(client: TestClient) -> None:
+    audio = speak(client, "həlˈO wˈɜɹld.", input_format="phonemes")
+    assert np.sqrt(np.mean(audio**2)) > 0.01
+
+
+def test_british_lang_code(client: TestClient) -> None:
+    assert not np.array_equal(speak(client, "Tomato and water.", lang_code="b"), speak(client, "Tomato and water."))
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_every_format_decodes(client: TestClient, fmt: str, stream: bool) -> None:
+    from tests.app.test_audio import _decode
+
+    response = client.post("/v1/audio/speech", json={"input": SHORT, "voice": "jf_alpha", "response_format": fmt,
+                                                     "stream": stream})
+    assert response.status_code == 200
+    samples = _decode(fmt, response.content)
+    assert len(samples) > 12000 and np.isfinite(samples).all()
+
+
+def test_long_input_is_chunked_and_nothing_is_dropped(client: TestClient) -> None:
+    sentence = "No sentence may be lost. "
+    one = len(speak(client, sentence))
+    many = len(speak(client, sentence * 6))
+    assert many > 5 * one
+
+
+ERRORS = [
+    ({"input": "", "voice": "jf_alpha"}, 400, "input"),
+    ({"input": "   \n\t ", "voice": "jf_alpha"}, 400, "input"),
+    ({"input": "hi", "voice": "nobody"}, 400, "voice"),
+    ({"input": "hi", "voice": "jf_alpha", "response_format": "aac"}, 400, "response_format"),
+    ({"input": "hi", "voice": "jf_alpha", "speed": 9}, 400, "speed"),
+    ({"input": "hi", "voice": "jf_alpha", "speed": 0.1}, 400, "speed"),
+    ({"input": "hi", "voice": "jf_alpha", "speed": "fast"}, 422, "speed"),
+    ({"input": 42, "voice": "jf_alpha"}, 422, "input"),
+    ({"input": "hi", "voice": ["jf_alpha"]}, 422, "voice"),
+    ({"input": "hi", "voice": "jf_alpha", "stream": "yes"}, 422, "stream"),
+    ({"input": "hi", "model": "whisper-1"}, 400, "model"),
+    ({"input": "x" * 601, "voice": "jf_alpha"}, 413, "input"),
+    ({"voice": "jf_alpha"}, 400, "input"),
+]
+
+
+@pytest.mark.parametrize("body, status, param", ERRORS)
+def test_bad_input_gets_an_openai_shaped_error(client: TestClient, body: dict[str, object], status: int,
+                                               param: str) -> None:
+    response = client.post("/v1/audio/speech", json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"\xff\xfe{}", b"null", b'"text"', b"[" * 50_000])
+def test_malformed_bodies_get_4xx(client: TestClient, raw: bytes) -> None:
+    response = client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code in (400, 422)
+    assert "error" in response.json()
+
+
+def test_huge_body_is_refused_before_parsing(client: TestClient) -> None:
+    response = client.post("/v1/audio/speech", content=b"{" + b" " * 5_000_000 + b"}")
+    assert response.status_code == 413
+
+
+def test_catalog_endpoints(client: TestClient) -> None:
+    voices = client.get("/v1/audio/voices").json()
+    assert "jf_alpha" in voices["voices"]
+    assert "kokoro" in [m["id"] for m in client.get("/v1/models").json()["data"]]
+    info = client.get("/v1/info").json()
+    assert info["resolved"]["backend"] == "openvino" and info["resolved"]["precision"] == "f32"
+    assert info["resolved"]["streams"] == info["pool"]["streams"] >= 1
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").json()["ready"] is True
+    assert client.get("/nope").json()["error"]["code"] == "http_404"
+
+
+def test_metrics_count_requests_and_audio(client: TestClient) -> None:
+    speak(client, SHORT)
+    text = client.get("/metrics").text
+    assert 'tts_requests_total{outcome="ok"}' in text
+    assert "tts_audio_seconds_total" in text and "tts_first_audio_seconds_bucket" in text
+    assert 'tts_lifecycle_state{state="warm"} 1.0' in text

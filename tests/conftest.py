@@ -1,0 +1,86 @@
+"""Shared fixtures: one model/compile cache for the whole run, and real servers on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache (assembled model + OpenVINO compile cache) shared by every test server."""
+    return tmp_path_factory.mktemp("tts-cache")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextmanager
+def live_server(cache: Path, log_dir: Path, **settings: str) -> Iterator[LiveServer]:
+    """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    env.update({"TTS_HOST": "127.0.0.1", "TTS_PORT": str(port), "TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
+    env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
+    log_path = log_dir / f"server-{port}.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=log)
+    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
+    try:
+        wait_ready(server)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_ready(server: LiveServer, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()[-3000:]}")
+        try:
+            if httpx.get(f"{server.url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"server not ready in {timeout} s:\n{server.log()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A real uvicorn on the embedded model with default settings (shared, read-mostly)."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), admin_token="admin-secret") as s:
+        yield s
