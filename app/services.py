@@ -10,6 +10,7 @@ from app.engine import Engine
 from app.frontend import Frontend
 from app.metrics import Metrics
 from app.pool import StreamPool
+from app.runtime import Runtime
 from app.settings import Settings
 from app.sizing import CpuBudget, PoolShape, read_budget, shape_for
 from app.vocab import Vocab
@@ -43,7 +44,9 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                               precision=settings.precision, cache_dir=cache)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
-    engine = Engine(backend, StreamPool(shape.streams, queue), Frontend(), voices, Vocab.embedded(),
+    use_bridge = settings.restore_bridge and settings.backend == "openvino"
+    runtime = Runtime(backend, backends.bridge(model_path, shape) if use_bridge else None)
+    engine = Engine(runtime, StreamPool(shape.streams, queue), Frontend(), voices, Vocab.embedded(),
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,

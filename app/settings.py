@@ -71,6 +71,11 @@ class Settings:
     """Seconds without a request in flight before inference state is released; 0 never releases."""
     release_frontend: bool = True
     """Also release the text front end (spaCy, lexicons) on release."""
+    restore_bridge: bool = True
+    """After a release, serve the first requests with ONNX Runtime (opens in ~0.5 s) while
+    OpenVINO's compiled model is imported in the background, then switch to OpenVINO."""
+    malloc_arenas: int = 2
+    """glibc malloc arenas (``M_ARENA_MAX``); fewer arenas return more memory on release; 0 keeps glibc's default."""
     admin_token: str = ""
     """Bearer token for admin endpoints (manual release); empty disables them."""
     api_key: str = ""
@@ -109,6 +114,7 @@ class Settings:
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),
+            ("malloc_arenas", self.malloc_arenas >= 0, "0 (glibc default) or more"),
         ]
         for name, ok, expected in checks:
             if not ok:
