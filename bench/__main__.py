@@ -1,0 +1,93 @@
+"""``python -m bench``: run the benchmark, re-render a report, or audit cost and autoscaling.
+
+- ``run``: measure every configuration and write results.json, figures.json, report.md and plots.
+- ``report RUN``: rebuild figures, plots and report.md from RUN/results.json without measuring.
+- ``cost`` / ``autoscale``: the cost and autoscaling audit (bench/audit.py; ``cost --run RUN`` prices a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from bench import audit, runner
+
+DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    values = tuple(int(v) for v in text.split(",") if v.strip())
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got {text!r}")
+    return values
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="measure the configurations and write a report")
+    defaults = runner.Options(out=Path(), cache_dir=DEFAULT_CACHE)
+    run.add_argument("--quick", action="store_true",
+                     help="a few minutes: ort-defaults and complete, 2 utterances, 1 and 2 clients, short windows")
+    run.add_argument("--configs", type=_names, help="comma-separated configuration names (default: all)")
+    run.add_argument("--clients", type=_ints, help=f"client counts (default {','.join(map(str, defaults.clients))})")
+    run.add_argument("--ramp-s", type=float, help=f"excluded ramp-up per client count (default {defaults.ramp_s:g})")
+    run.add_argument("--window-s", type=float, help=f"steady-state window (default {defaults.window_s:g})")
+    run.add_argument("--idle-s", type=float, help=f"idle period (default {defaults.idle_s:g}; the issue's is 600)")
+    run.add_argument("--quiet-window-s", type=float,
+                     help=f"the complete system's quiet window (default {defaults.quiet_window_s:g})")
+    run.add_argument("--release-cycles", type=int, help=f"default {defaults.release_cycles}")
+    run.add_argument("--growth-cycles", type=int, help=f"default {defaults.growth_cycles}")
+    run.add_argument("--cold-starts", type=int, help=f"each with and without cache (default {defaults.cold_starts})")
+    run.add_argument("--corpus", type=Path, help="corpus JSON (default bench/corpus/study16-v1.json)")
+    run.add_argument("--items", type=_names, help="utterance ids to use (default: all)")
+    run.add_argument("--out", type=Path, help="run folder (default bench/results/<timestamp>)")
+    run.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
+                     help=f"model, compile caches, logs and audio (default {DEFAULT_CACHE})")
+    rep = sub.add_parser("report", help="rebuild report.md, plots and figures.json from RUN/results.json")
+    rep.add_argument("run", type=Path)
+    sub.add_parser("cost", help="cost audit (see python -m bench cost --help)", add_help=False)
+    sub.add_parser("autoscale", help="autoscaling audit (see python -m bench autoscale --help)", add_help=False)
+    return parser
+
+
+def _options(args: argparse.Namespace, command: str) -> runner.Options:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    out = args.out or Path("bench/results") / (f"quick-{stamp}" if args.quick else stamp)
+    base = (runner.quick_options(out, args.cache_dir, command) if args.quick
+            else runner.Options(out=out, cache_dir=args.cache_dir, command=command))
+    overrides = {name: getattr(args, name) for name in (
+        "configs", "clients", "ramp_s", "window_s", "idle_s", "quiet_window_s", "release_cycles", "growth_cycles",
+        "cold_starts", "corpus", "items") if getattr(args, name) is not None}
+    return dataclasses.replace(base, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("cost", "autoscale"):
+        return audit.main(argv)
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "report":
+        print(runner.rerender(args.run))
+        return 0
+    options = _options(args, "python -m bench " + shlex.join(argv))
+    out = runner.Run(options).execute()
+    print(out / "report.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

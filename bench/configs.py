@@ -1,0 +1,112 @@
+"""The server configurations the harness compares, all served by the same `app` code and front end.
+
+- ``ort-defaults`` / ``ov-defaults``: the runtime's own thread and stream defaults (``TTS_RUNTIME_DEFAULTS=1``),
+  as a server that never sized its runtime would run. Four requests may infer at once, as in the most used peer
+  server (Kokoro-FastAPI's semaphore of four).
+- ``ort-sized``: ONNX Runtime with one session per stream, sized from the CPUs (the server's rule).
+- ``ov-sized-SxT``: OpenVINO with S streams of T threads: a small grid around the server's rule, which is
+  marked ``auto``.
+- ``complete``: the complete system: OpenVINO sized by the rule, compile cache on, lifecycle on (memory is
+  released after the quiet window and restored on demand).
+
+Only the complete system has the compile cache and the lifecycle: the others are the baselines and the
+sizing grid, with everything else equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.sizing import CpuBudget, shape_for
+
+Kind = Literal["defaults", "sized", "complete"]
+DEFAULTS_SLOTS = 4
+"""Requests that may infer at once under runtime defaults (Kokoro-FastAPI's semaphore)."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One way to run the server."""
+
+    name: str
+    """Short label used in tables, files and ``--configs``."""
+    title: str
+    """Human description for the report."""
+    backend: Literal["onnxruntime", "openvino"]
+    kind: Kind
+    streams: int
+    """Slots (under runtime defaults), or runtime streams."""
+    threads_per_stream: int
+    """0 under runtime defaults."""
+    compile_cache: bool = False
+    lifecycle: bool = False
+    auto: bool = False
+    """True for the shape the server's own sizing rule picks."""
+
+    @property
+    def runtime_defaults(self) -> bool:
+        return self.kind == "defaults"
+
+    @property
+    def shape(self) -> str:
+        return "runtime defaults" if self.runtime_defaults else f"{self.streams}x{self.threads_per_stream}"
+
+    def env(self, *, quiet_window_s: float, queue_size: int) -> dict[str, str]:
+        """The ``TTS_*`` settings that make the server run this configuration."""
+        env = {
+            "TTS_BACKEND": self.backend,
+            "TTS_STREAMS": str(self.streams),
+            "TTS_THREADS_PER_STREAM": str(self.threads_per_stream),
+            "TTS_RUNTIME_DEFAULTS": "1" if self.runtime_defaults else "0",
+            "TTS_COMPILE_CACHE": "1" if self.compile_cache else "0",
+            "TTS_QUIET_WINDOW_S": str(quiet_window_s) if self.lifecycle else "0",
+            # Deep enough that closed-loop clients are never refused: refusals are not throughput.
+            "TTS_QUEUE_SIZE": str(queue_size),
+        }
+        return env
+
+
+def grid(budget: CpuBudget) -> list[tuple[int, int]]:
+    """Streams x threads to try: the rule's shape, one thread per core, and fewer, wider streams."""
+    cores = budget.cores
+    auto = shape_for(budget)
+    shapes = {(auto.streams, auto.threads_per_stream), (cores, 1)}
+    for threads in (2, 4):
+        if cores >= threads:
+            shapes.add((cores // threads, threads))
+    if cores <= 2:
+        shapes.add((1, 1))  # on tiny machines, one stream of one thread is the raw runtime's own shape
+    return sorted(shapes, key=lambda s: (-s[0], s[1]))
+
+
+def all_configs(budget: CpuBudget) -> list[ServerConfig]:
+    """Every configuration for this machine, in the order the runner measures them."""
+    auto = shape_for(budget)
+    configs = [
+        ServerConfig("ort-defaults", "ONNX Runtime, runtime defaults", "onnxruntime", "defaults", DEFAULTS_SLOTS, 0),
+        ServerConfig("ort-sized", f"ONNX Runtime, {auto.streams} sessions x {auto.threads_per_stream} threads",
+                     "onnxruntime", "sized", auto.streams, auto.threads_per_stream, auto=True),
+        ServerConfig("ov-defaults", "OpenVINO, runtime defaults", "openvino", "defaults", DEFAULTS_SLOTS, 0),
+    ]
+    for streams, threads in grid(budget):
+        is_auto = (streams, threads) == (auto.streams, auto.threads_per_stream)
+        configs.append(ServerConfig(f"ov-sized-{streams}x{threads}",
+                                    f"OpenVINO, {streams} streams x {threads} threads" + (" (the rule)" if is_auto
+                                                                                          else ""),
+                                    "openvino", "sized", streams, threads, auto=is_auto))
+    configs.append(ServerConfig("complete", f"Complete system: OpenVINO {auto.streams}x{auto.threads_per_stream}"
+                                " + compile cache + lifecycle", "openvino", "complete", auto.streams,
+                                auto.threads_per_stream, compile_cache=True, lifecycle=True, auto=True))
+    return configs
+
+
+def select(configs: Sequence[ServerConfig], names: Sequence[str]) -> list[ServerConfig]:
+    """The named configurations in measuring order; ``ort-defaults`` is always kept (it is the reference)."""
+    known = {c.name: c for c in configs}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {unknown}; known: {', '.join(known)}")
+    wanted = set(names) | {"ort-defaults"}
+    return [c for c in configs if c.name in wanted]

@@ -1,0 +1,280 @@
+"""Closed-loop load: ``c`` clients, each sending its next request when the previous response has fully arrived.
+
+Runs in its own process (``python -m bench.load``, started by the runner) so the clients' CPU never counts as
+the server's and the runner's own threads never delay a client. Client ``i`` starts at corpus position
+``i * len / c`` and cycles through the corpus, so clients do not send the same text in lockstep.
+
+Timeline: ``ramp_s`` of load that is excluded (first requests, first shapes), then the steady-state window of
+``window_s``. At the window's two edges the load process reads the server's CPU time (utime + stime, all
+threads) from ``/proc/<pid>/stat``, so the CPU-seconds belong to exactly the window.
+
+Audio is credited to the time it was made in, not only to when it arrived: a client is sequential, so the
+bytes of each arrival were produced between that client's previous arrival (or its request's send) and this
+one, and the window gets the share of them that overlaps it (2 bytes per sample of 24 kHz mono PCM). Counting
+whole arrivals instead would be off by up to a chunk per client at each edge: tens of percent of a
+one-client window, where one chunk can take seconds. So the clients keep going past the window's end until
+every one of them has received something after it (every interval that overlaps the window is then closed),
+and only then hang up; the server frees their slots.
+
+First audio is the time from sending a request to the arrival of its first audio bytes (PCM carries no header),
+over the requests whose first audio arrived inside the window. Progress goes to stderr every few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bench import corpus as corpus_mod
+
+log = logging.getLogger("bench.load")
+BYTES_PER_AUDIO_S = 48_000.0
+"""16-bit mono PCM at 24 kHz."""
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as a client saw it; times are seconds from the start of the level."""
+
+    client: int
+    item: str
+    sent: float
+    first_audio: float | None
+    done: float | None
+    """When the body had fully arrived; None if the client hung up or it failed."""
+    audio_bytes: int
+    status: int
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """What one client count measured over its steady-state window."""
+
+    clients: int
+    ramp_s: float
+    window_s: float
+    """Actual window length (monotonic clock)."""
+    server_cpu_s: float
+    audio_s: float
+    """Audio-seconds received inside the window."""
+    efficiency: float
+    """Audio-seconds per server CPU-second."""
+    throughput: float
+    """Audio-seconds per second."""
+    requests_sent: int
+    """Requests sent inside the window."""
+    requests_completed: int
+    """Requests completed inside the window."""
+    errors: int
+    """Failed requests (any status but 200, or a broken stream) over the whole level."""
+    first_audio_p50: float
+    first_audio_p90: float
+    first_audio_mean: float
+    first_audio_max: float
+    first_audio_n: int
+    """Requests whose first audio arrived inside the window."""
+    client_cpu_s: float
+    """CPU-seconds the load process itself used (it shares the machine)."""
+    records: tuple[RequestRecord, ...]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100); NaN when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def window_audio_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: float) -> float:
+    """Audio-seconds made inside [w0, w1): each arrival's bytes spread evenly over the time they were made in."""
+    total = 0.0
+    for since, at, size in arrivals:
+        if at <= since:  # no production interval (a part split in the same instant): count where it lands
+            total += size if w0 <= at < w1 else 0
+            continue
+        overlap = min(at, w1) - max(since, w0)
+        if overlap > 0:
+            total += size * overlap / (at - since)
+    return total / BYTES_PER_AUDIO_S
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of every thread of ``pid`` (fields 14 and 15 of /proc/<pid>/stat)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class _Level:
+    """Mutable state shared by the clients of one level (one event loop, no locks needed)."""
+
+    start: float
+    window_start: float
+    window_end: float
+    arrivals: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)
+    """(produced since, arrived at, bytes) of every body part received."""
+    closed: set[int] = dataclasses.field(default_factory=set)
+    """Clients that have received something since the window ended."""
+    records: list[RequestRecord] = dataclasses.field(default_factory=list)
+    cpu_start: float = math.nan
+    cpu_end: float = math.nan
+    t_cpu_start: float = math.nan
+    t_cpu_end: float = math.nan
+
+
+async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence[corpus_mod.Utterance],
+                  offset: int, level: _Level) -> None:
+    position = offset
+    while True:
+        utterance = items[position % len(items)]
+        position += 1
+        body = {"model": "kokoro", "input": utterance.text, "voice": utterance.voice, "response_format": "pcm",
+                "speed": 1.0, "stream": True}
+        sent = time.monotonic()
+        first: float | None = None
+        received = 0
+        status = 0
+        error = ""
+        done: float | None = None
+        since = sent
+        try:
+            async with http.stream("POST", url, json=body) as response:
+                status = response.status_code
+                if status != 200:
+                    error = (await response.aread()).decode(errors="replace")[:200]
+                else:
+                    async for part in response.aiter_raw():
+                        now = time.monotonic()
+                        if first is None and part:
+                            first = now
+                        received += len(part)
+                        level.arrivals.append((since, now, len(part)))
+                        since = now
+                        if now >= level.window_end:
+                            level.closed.add(index)
+                    done = time.monotonic()
+                    if done >= level.window_end:
+                        level.closed.add(index)
+        except asyncio.CancelledError:
+            level.records.append(RequestRecord(index, utterance.id, sent - level.start,
+                                               None if first is None else first - level.start, None, received,
+                                               status, "cancelled after the window"))
+            raise
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        level.records.append(RequestRecord(index, utterance.id, sent - level.start,
+                                           None if first is None else first - level.start,
+                                           None if done is None else done - level.start, received, status, error))
+        if error:
+            await asyncio.sleep(0.2)  # do not spin on a server that refuses
+
+
+async def _edges(pid: int, level: _Level) -> None:
+    await asyncio.sleep(max(0.0, level.window_start - time.monotonic()))
+    level.cpu_start, level.t_cpu_start = cpu_seconds(pid), time.monotonic()
+    await asyncio.sleep(max(0.0, level.window_end - time.monotonic()))
+    level.cpu_end, level.t_cpu_end = cpu_seconds(pid), time.monotonic()
+
+
+async def _progress(clients: int, level: _Level) -> None:
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY_S)
+        now = time.monotonic()
+        phase = (f"ramp {now - level.start:4.0f}/{level.window_start - level.start:.0f} s" if now < level.window_start
+                 else f"window {now - level.window_start:4.0f}/{level.window_end - level.window_start:.0f} s")
+        done = [r for r in level.records if r.done is not None]
+        errors = sum(1 for r in level.records if r.error and "cancelled" not in r.error)
+        received = sum(n for _, _, n in level.arrivals) / BYTES_PER_AUDIO_S
+        print(f"    {clients} clients, {phase}: {len(done)} responses, {received:.0f} audio-s received, "
+              f"{errors} errors", file=sys.stderr, flush=True)
+
+
+async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod.Utterance], ramp_s: float,
+                    window_s: float, timeout_s: float = 300.0) -> LevelResult:
+    """Drive ``clients`` closed-loop clients against ``url``/v1/audio/speech for ramp + window."""
+    usage0 = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.monotonic()
+    level = _Level(start=start, window_start=start + ramp_s, window_end=start + ramp_s + window_s)
+    limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s), limits=limits) as http:
+        tasks = [asyncio.create_task(_client(http, "/v1/audio/speech", i, items, i * len(items) // clients, level))
+                 for i in range(clients)]
+        progress = asyncio.create_task(_progress(clients, level))
+        await _edges(pid, level)
+        # Past the window until every client has received something after it (see the module docstring).
+        deadline = time.monotonic() + timeout_s
+        while len(level.closed) < clients and time.monotonic() < deadline and not all(t.done() for t in tasks):
+            await asyncio.sleep(0.05)
+        for task in (*tasks, progress):
+            task.cancel()
+        await asyncio.gather(*tasks, progress, return_exceptions=True)
+    usage1 = resource.getrusage(resource.RUSAGE_SELF)
+    client_cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    window = level.t_cpu_end - level.t_cpu_start
+    cpu = level.cpu_end - level.cpu_start
+    audio_s = window_audio_s(level.arrivals, level.t_cpu_start, level.t_cpu_end)
+    w0, w1 = level.window_start - start, level.window_end - start
+    in_window = [r for r in level.records if w0 <= r.sent < w1]
+    # First audio counts for every request whose first audio arrived inside the window: counting by send time
+    # instead would drop the slowest requests, those still waiting when the clients hang up.
+    first = [r.first_audio - r.sent for r in level.records if r.first_audio is not None and w0 <= r.first_audio < w1]
+    errors = sum(1 for r in level.records if r.error and r.done is None and "cancelled" not in r.error)
+    return LevelResult(
+        clients=clients, ramp_s=ramp_s, window_s=window, server_cpu_s=cpu, audio_s=audio_s,
+        efficiency=audio_s / cpu if cpu > 0 else math.nan, throughput=audio_s / window if window > 0 else math.nan,
+        requests_sent=len(in_window),
+        requests_completed=sum(1 for r in level.records if r.done is not None and w0 <= r.done < w1),
+        errors=errors, first_audio_p50=percentile(first, 50), first_audio_p90=percentile(first, 90),
+        first_audio_mean=sum(first) / len(first) if first else math.nan,
+        first_audio_max=max(first) if first else math.nan, first_audio_n=len(first), client_cpu_s=client_cpu,
+        records=tuple(sorted(level.records, key=lambda r: r.sent)),
+    )
+
+
+def read(path: Path) -> LevelResult:
+    data = json.loads(path.read_text())
+    records = tuple(RequestRecord(**r) for r in data.pop("records"))
+    return LevelResult(**data, records=records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__)
+    parser.add_argument("--url", required=True, help="server base URL")
+    parser.add_argument("--pid", type=int, required=True, help="server process id (its CPU time is read)")
+    parser.add_argument("--clients", type=int, required=True)
+    parser.add_argument("--ramp-s", type=float, required=True)
+    parser.add_argument("--window-s", type=float, required=True)
+    parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
+    parser.add_argument("--items", default="", help="comma-separated utterance ids (default: all)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file for the LevelResult")
+    args = parser.parse_args(argv)
+    corpus = corpus_mod.load(args.corpus)
+    if args.items:
+        corpus = corpus.subset(args.items.split(","))
+    result = asyncio.run(run_level(args.url, args.pid, args.clients, corpus.utterances, args.ramp_s, args.window_s))
+    args.out.write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

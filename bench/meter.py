@@ -1,0 +1,255 @@
+"""A server's billable memory, read from a memory cgroup that holds that server and nothing else.
+
+A platform that meters memory bills the container's cgroup, page cache included. On a development machine
+every process shares one cgroup, so the harness (running as root) makes a child memory cgroup per server
+process, under its own cgroup so any limit above still applies, and the server joins it before it loads
+anything (`MemoryCgroup.wrap`). The server's own ``/v1/lifecycle`` meter then reads the same group.
+
+Page cache is charged to the cgroup that first reads a page: the runner evicts the model and compile-cache
+files before each server starts (`evict`) so each server pays for its own reads, as a fresh container would.
+
+Where no cgroup can be made (not root, read-only mount, cgroup v2 without the memory controller delegated),
+`RssMeter` reads the process's RSS instead and every figure says so: RSS leaves out page cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+log = logging.getLogger(__name__)
+MB = 1024.0 * 1024.0
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One reading, bytes; ``t`` is ``time.monotonic()``."""
+
+    t: float
+    billable: int
+    """Cgroup usage (page cache included), or RSS under the fallback."""
+    anon: int | None
+    file: int | None
+    """Page cache charged to the group."""
+    mapped: int | None
+    """Page cache mapped into the process (cannot be dropped while mapped)."""
+    rss: int | None
+    """Resident set of the server process."""
+
+    @property
+    def billable_mb(self) -> float:
+        return self.billable / MB
+
+
+class Meter(Protocol):
+    """Reads one server's memory."""
+
+    source: str
+    """What ``billable`` means here, for the report."""
+    pid: int | None
+    """The server process (set once it is spawned)."""
+
+    def read(self) -> Reading: ...
+
+    def peak(self) -> int:
+        """Highest billable bytes since the server started."""
+        ...
+
+
+def _own_memory_cgroup(root: Path) -> tuple[Path, int] | None:
+    """This process's memory cgroup directory and its version, if it can be found."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            found = root / "memory" / path.lstrip("/")
+            if (found / "memory.usage_in_bytes").is_file():
+                return found, 1
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            found = root / path.lstrip("/")
+            if (found / "cgroup.controllers").is_file():
+                return found, 2
+    return None
+
+
+def _rss(pid: int) -> int | None:
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None
+
+
+def _stat(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                out[key] = int(value)
+    except OSError:
+        pass
+    return out
+
+
+class MemoryCgroup:
+    """A child memory cgroup for one server process; `remove` it once the process has exited."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path = path
+        self.version = version
+        self.pid: int | None = None
+        self.source = (f"cgroup v1 {path}/memory.usage_in_bytes (page cache included)" if version == 1
+                       else f"cgroup v2 {path}/memory.current (page cache included)")
+
+    @classmethod
+    def create(cls, label: str, root: Path = CGROUP_ROOT) -> MemoryCgroup | None:
+        """A fresh group next to nothing else, or None (logged) when cgroups are not writable here."""
+        own = _own_memory_cgroup(root)
+        if own is None:
+            log.warning("no memory cgroup found; memory falls back to RSS (page cache not counted)")
+            return None
+        parent, version = own
+        path = parent / f"bench-{label}-{uuid.uuid4().hex[:8]}"
+        try:
+            path.mkdir()
+        except OSError as exc:
+            log.warning("cannot create %s (%s); memory falls back to RSS (page cache not counted)", path, exc)
+            return None
+        probe = "memory.usage_in_bytes" if version == 1 else "memory.current"
+        if not (path / probe).is_file():  # cgroup v2 without the memory controller delegated to children
+            log.warning("%s has no %s; memory falls back to RSS (page cache not counted)", path, probe)
+            path.rmdir()
+            return None
+        return cls(path, version)
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run by a shell that first moves itself into this group, then execs (same pid)."""
+        # The process joins before Python starts, so every page it ever touches is charged here.
+        return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
+
+    def read(self) -> Reading:
+        stat = _stat(self.path / "memory.stat")
+        rss = _rss(self.pid) if self.pid else None
+        if self.version == 1:
+            usage = int((self.path / "memory.usage_in_bytes").read_text())
+            return Reading(time.monotonic(), usage, stat.get("total_rss"), stat.get("total_cache"),
+                           stat.get("total_mapped_file"), rss)
+        usage = int((self.path / "memory.current").read_text())
+        return Reading(time.monotonic(), usage, stat.get("anon"), stat.get("file"), stat.get("file_mapped"), rss)
+
+    def peak(self) -> int:
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        try:
+            return int((self.path / name).read_text())
+        except (OSError, ValueError):
+            return self.read().billable
+
+    def remove(self) -> None:
+        """Drop the group (its leftover page-cache charges go to the parent); call after the process exits."""
+        if self.version == 1:
+            try:
+                (self.path / "memory.force_empty").write_text("0")
+            except OSError:
+                pass  # best effort: rmdir reparents whatever is left
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)  # the exited process may take a moment to leave the group
+        log.warning("could not remove %s", self.path)
+
+
+class RssMeter:
+    """Fallback: the process's RSS, which leaves out page cache; the peak is the highest value read."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.source = "process RSS (no writable memory cgroup; page cache NOT included)"
+        self._peak = 0
+
+    def read(self) -> Reading:
+        rss = (_rss(self.pid) if self.pid else None) or 0
+        self._peak = max(self._peak, rss)
+        return Reading(time.monotonic(), rss, None, None, None, rss)
+
+    def peak(self) -> int:
+        if self.pid:
+            try:  # the kernel's high-water mark covers moments between readings
+                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self._peak = max(self._peak, int(line.split()[1]) * 1024)
+            except OSError:
+                pass
+        return self._peak
+
+
+class Sampler:
+    """Reads a meter every ``interval_s`` in a background thread until stopped."""
+
+    def __init__(self, meter: Meter, interval_s: float) -> None:
+        self._meter = meter
+        self._interval = interval_s
+        self._readings: list[Reading] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> tuple[Reading, ...]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return tuple(self._readings)
+
+    @property
+    def readings(self) -> tuple[Reading, ...]:
+        return tuple(self._readings)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._readings.append(self._meter.read())
+            except (OSError, ValueError) as exc:  # the group vanishes when the server exits mid-sample
+                log.debug("memory reading failed: %s", exc)
+            if self._stop.wait(self._interval):
+                return
+
+
+def evict(paths: Sequence[Path]) -> None:
+    """Drop these files' clean, unmapped pages from the page cache so the next reader is charged for them."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def files_under(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*") if p.is_file()] if directory.is_dir() else []

@@ -1,0 +1,346 @@
+"""The Markdown report of a run: headline, targets, figures, checks, cost, method, machine."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bench import checks
+from bench import cost as cost_mod
+from bench.figures import MEMORY_MODELS, PRESETS, finite
+
+
+def _num(value: Any, digits: int = 2, unit: str = "") -> str:
+    if not finite(value):
+        return "n/a"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def _usd(value: Any) -> str:
+    if not finite(value):
+        return "n/a"
+    return f"${value:,.4f}" if abs(value) >= 0.01 else f"${value:.6f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _status(summary: Mapping[str, Any]) -> str:
+    if summary.get("check_error"):
+        return "FAIL (no audio)"
+    if not summary.get("checks_passed"):
+        return "FAIL"
+    if not summary.get("usable"):
+        return "pass, no load figures"
+    return "pass"
+
+
+def headline(results: Mapping[str, Any]) -> str:
+    """The headline table (also what the README quotes)."""
+    derived = results["derived"]
+    summaries = derived["summaries"]
+    at = next(iter(summaries.values()))["at_clients"] if summaries else 4
+    rows = []
+    order = sorted(summaries.values(), key=lambda s: (s.get("rank") is None, s.get("rank") or 0))
+    for s in order:
+        release = s.get("release") or {}
+        rows.append([
+            str(s.get("rank", "-")), f"`{s['name']}`", str(s["shape"]), _status(s),
+            _num(s["efficiency_at"]), _num(s["throughput_at"]),
+            f"{_num(s['first_audio_p50'])} / {_num(s['first_audio_p90'])}",
+            _num(s["warm_memory_mb"], 0), _num(s["idle_memory_mb"], 0),
+            _num(release.get("released_median_mb"), 0) if release else "-", _num(s["peak_memory_mb"], 0),
+            _num(s["cold_start_s"]),
+        ])
+    return _table(["rank", "configuration", "streams x threads", "output check",
+                   f"audio-s / CPU-s ({at} clients)", f"audio-s / s ({at} clients)",
+                   f"first audio p50 / p90, s ({at} clients)", "warm MiB", "idle MiB", "released MiB", "peak MiB",
+                   "cold start to first audio, s"], rows)
+
+
+def _targets(derived: Mapping[str, Any]) -> str:
+    rows = []
+    for t in derived["targets"]:
+        if t["met"] is None:
+            verdict = "not tested"
+        elif t["met"]:
+            verdict = "met"
+        else:
+            verdict = f"**MISSED** ({t['missed_by']})"
+        measured = _num(t["measured"], 3) if t["measured"] is not None else "-"
+        limit = _num(t["limit"], 2) if t["limit"] is not None else "-"
+        rows.append([t["target"], measured, limit, verdict, t["text"]])
+    return _table(["target", "measured", "limit", "result", "what is compared"], rows)
+
+
+def _levels(results: Mapping[str, Any]) -> str:
+    clients = list(results["run"]["options"]["clients"])
+    rows = []
+    for name, record in results.get("configs", {}).items():
+        by = {lv["clients"]: lv for lv in record.get("levels", [])}
+        cells = []
+        for c in clients:
+            lv = by.get(c)
+            cells.append("n/a" if lv is None else f"{_num(lv['efficiency'])} / {_num(lv['throughput'])}"
+                         + (f" ({lv['errors']} err)" if lv.get("errors") else ""))
+        rows.append([f"`{name}`", *cells])
+    return _table(["configuration", *[f"{c} clients" for c in clients]], rows)
+
+
+def _first_audio(results: Mapping[str, Any], at: int) -> str:
+    rows = []
+    for name, record in results.get("configs", {}).items():
+        lv = next((lv for lv in record.get("levels", []) if lv["clients"] == at), None)
+        if lv is None:
+            continue
+        rows.append([f"`{name}`", _num(lv["first_audio_p50"]), _num(lv["first_audio_p90"]),
+                     _num(lv["first_audio_mean"]), _num(lv["first_audio_max"]), str(lv["first_audio_n"]),
+                     str(lv["requests_completed"])])
+    return _table(["configuration", "p50 s", "p90 s", "mean s", "max s", "requests", "completed in window"], rows)
+
+
+def _inprocess(results: Mapping[str, Any]) -> str:
+    rows = []
+    for record in results.get("configs", {}).values():
+        for name, job in record.get("inprocess", {}).items():
+            if "error" in job:
+                rows.append([f"`{name}`", "failed", "-", "-", "-", job["error"][:160]])
+                continue
+            resolved = job.get("resolved", {})
+            rows.append([f"`{name}`", _num(job["efficiency"]), _num(job["throughput"]), str(job["concurrency"]),
+                         f"{resolved.get('streams')} streams, {resolved.get('threads')} threads, "
+                         f"{resolved.get('precision')}", f"{job['chunks']} chunks, {_num(job['audio_s'], 1)} audio-s"])
+    return _table(["in-process job", "audio-s / CPU-s", "audio-s / s", "threads", "runtime resolved", "work"], rows)
+
+
+def _memory(results: Mapping[str, Any]) -> str:
+    rows = []
+    for name, record in results.get("configs", {}).items():
+        idle = record.get("idle", {})
+        load = record.get("memory_load", [])
+        rows.append([f"`{name}`", ", ".join(f"{m['clients']}: {m['mean_mb']:.0f}" for m in load) or "n/a",
+                     _num(idle.get("warm_idle_mb"), 0), _num(idle.get("end_mb"), 0), _num(record.get("peak_mb"), 0),
+                     str(record.get("memory_source", "n/a"))])
+    return _table(["configuration", "under load, MiB (clients: mean)", "idle (before any release)", "idle, at the end",
+                   "peak", "meter"], rows)
+
+
+def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    cold = results.get("cold_start", {})
+    if cold:
+        rows = []
+        for label in ("with_cache", "without_cache"):
+            for n, sample in enumerate(cold.get(label, []), 1):
+                rows.append([label.replace("_", " "), str(n),
+                             sample.get("error") or _num(sample.get("cold_start_s")), _num(sample.get("ready_s")),
+                             str(sample.get("from_cache", "-")), _num(sample.get("peak_mb"), 0)])
+        parts += [f"Process cold start to first audio of the short request (`{cold.get('request')}`), model and "
+                  "compile-cache files dropped from the page cache first (a new container reads them from disk):",
+                  "", _table(["compile cache", "start", "to first audio, s", "to ready, s", "imported from cache",
+                              "peak MiB"], rows), ""]
+    complete = derived["summaries"].get("complete", {})
+    release = complete.get("release")
+    if release:
+        parts += [
+            f"First audio of the same short request after a release: median "
+            f"**{_num(release['first_audio_median'])} s**, range {_num(release['first_audio_min'])}-"
+            f"{_num(release['first_audio_max'])} s over {release['first_audio_cycles']} cycles. Billable memory "
+            f"after release: median {_num(release['released_median_mb'], 0)} MiB; first "
+            f"{_num(release['released_first_mb'], 0)}, last {_num(release['released_last_mb'], 0)}, highest "
+            f"{_num(release['released_max_mb'], 0)} MiB over {release['cycles']} cycles "
+            f"(growth {_num(release['growth_pct'], 1)} %, last 5 against first 5).", ""]
+        record = results["configs"]["complete"]["release_cycles"]
+        if record.get("inferences_by_backend"):
+            parts += [f"Inferences by backend over the complete system's life (`/v1/info`): "
+                      f"{json.dumps(record['inferences_by_backend'])}; serving with `{record.get('active_backend')}` "
+                      "after the last cycle. With the restore bridge on (`TTS_RESTORE_BRIDGE`, the default), the "
+                      "first requests after a release are served by ONNX Runtime while OpenVINO loads behind it.", ""]
+        cycles = record["cycles"]
+        shown = cycles if len(cycles) <= 12 else cycles[:10] + cycles[-2:]
+        parts += [_table(["cycle", "memory after release, MiB", "RSS after release, MiB", "page cache, MiB",
+                          "first audio, s", "restore, s", "release, s"],
+                         [[str(c["cycle"]), _num(c["released_mb"], 0), _num(c.get("released_rss_mb"), 0),
+                           _num(c.get("released_file_mb"), 0), _num(c["first_audio_s"]), _num(c.get("restore_s")),
+                           _num(c.get("release_s"))] for c in shown]), ""]
+        if len(cycles) > 12:
+            parts += [f"(cycles 11 to {len(cycles) - 2} are in results.json)", ""]
+    return "\n".join(parts) if parts else "The complete system was not measured in this run."
+
+
+def _checks(results: Mapping[str, Any]) -> str:
+    found = results.get("checks", {})
+    th = checks.THRESHOLDS
+    reasoning = (checks.__doc__ or "").split("Thresholds (`THRESHOLDS`)", 1)[-1]
+    lines = [
+        f"Every corpus chunk of each configuration (synthesized in process with that configuration's backend "
+        f"settings) against ONNX Runtime defaults on the same model. A chunk passes when its length is within "
+        f"max({th.max_sample_units} duration units of {checks.DURATION_UNIT} samples, "
+        f"{th.max_sample_fraction:.0%}) of the reference and its DTW-aligned log-mel distance is at most "
+        f"{th.max_mel_distance}. Thresholds{reasoning}", ""]
+    if "error" in found:
+        return "\n".join([*lines, f"Checks did not run: {found['error']}"])
+    rows = []
+    for name, v in found.get("configs", {}).items():
+        label = "run to run (ONNX Runtime again)" if name == "ort-defaults-rerun" else f"`{name}`"
+        if "error" in v:
+            rows.append([label, "**FAIL**", "-", "-", "-", v["error"]])
+            continue
+        rows.append([label, "pass" if v["passed"] else "**FAIL**", str(v["chunks"]), str(v["max_abs_sample_diff"]),
+                     f"{_num(v['mean_mel_distance'], 3)} / {_num(v['max_mel_distance'], 3)}",
+                     ", ".join(v["failed"][:8]) + (" ..." if len(v["failed"]) > 8 else "")])
+    lines += ["Measured in this run (run-to-run is the calibration of noise; each backend row is a "
+              "backend-to-backend difference):", "",
+              _table(["configuration", "result", "chunks", "max sample difference", "log-mel distance mean / max",
+                      "failing chunks"], rows)]
+    return "\n".join(lines)
+
+
+def _cost(derived: Mapping[str, Any], audits: Mapping[str, str]) -> str:
+    table = derived.get("cost", {})
+    parts = [
+        "Two billing models, side by side: **metered** bills the memory used (the cgroup's figure, page cache "
+        "included) for the instance's whole life; **configured** bills the configured memory size (Cloud Run "
+        "instance-based billing: peak rounded up to 512 MiB) for the whole life. CPU is billed as the allocated "
+        "vCPUs for the whole life in both. Releasing memory lowers only the metered bill. Cost per audio-hour: one "
+        "instance busy at its highest measured throughput. Bursty day: 24 h, 2 audio-hours of demand in 8 equal "
+        "bursts, the instance kept alive between bursts (bench/cost.py).", ""]
+    for preset in PRESETS:
+        rates = cost_mod.PRESETS[preset].rates
+        rows = []
+        for name, row in table.get(preset, {}).items():
+            rows.append([f"`{name}`", *[_usd(row[m]["per_audio_hour"]) for m in MEMORY_MODELS],
+                         *[_usd(row[m]["day_total"]) for m in MEMORY_MODELS],
+                         _usd(row["metered"]["day_memory"]), _usd(row["configured"]["day_memory"])])
+        parts += [f"### {preset} rates ({rates.source}: ${rates.cpu_per_vcpu_s:.6g} per vCPU-s, "
+                  f"${rates.memory_per_gb_s:.6g} per GiB-s)", "",
+                  _table(["configuration", "per audio-hour, metered", "per audio-hour, configured",
+                          "bursty day, metered", "bursty day, configured", "day's memory, metered",
+                          "day's memory, configured"], rows), ""]
+        if preset in audits:
+            parts += [f"Full cost audit with these rates (traces, scale-to-zero): [{audits[preset]}]"
+                      f"({audits[preset]}).", ""]
+    parts += ["![daily bill](daily_bill.png)"]
+    return "\n".join(parts)
+
+
+def _method(results: Mapping[str, Any]) -> str:
+    o = results["run"]["options"]
+    corpus = results["corpus"]
+    return "\n".join([
+        f"- **Corpus**: `{corpus['name']}` v{corpus['version']} ({corpus['path']}, sha256 "
+        f"`{corpus['sha256'][:16]}...`): {len(corpus['utterances'])} utterances "
+        f"({', '.join(f'{n} {k}' for k, n in corpus['counts'].items())}), {min(corpus['chars'])} to "
+        f"{max(corpus['chars'])} characters. Short request (cold start, after release): `{corpus['short_request']}`.",
+        f"- **Load**: closed loop; each client sends its next request when the previous response has fully "
+        f"arrived, cycling through the corpus from its own offset; streamed 16-bit PCM (no encoder cost). "
+        f"{o['ramp_s']:g} s of ramp-up excluded, then a {o['window_s']:g} s steady-state window. The clients run "
+        f"in a separate process (bench/load.py), which reads the server's CPU time (utime + stime of all its "
+        f"threads, /proc/<pid>/stat) at the window's two edges. Audio counts where its bytes arrive inside the "
+        f"window. First audio: from sending a request to its first audio bytes, over requests sent in the window.",
+        "- **Efficiency** = audio-seconds received in the window / server CPU-seconds in the window; "
+        "**throughput** = audio-seconds / window seconds. Client CPU is recorded separately (levels/*.json).",
+        f"- **Memory**: each server runs in a memory cgroup of its own; billable = the cgroup's usage, page cache "
+        f"included. Model and compile-cache files are dropped from the page cache before each server starts. Idle "
+        f"period: {o['idle_s']:g} s after the last load window (the issue's 10 minutes is `--idle-s 600`). Peak: "
+        f"the cgroup's high-water mark over the server's life.",
+        "- **In process** (bench/inprocess.py): the same backend code and settings in a process of its own, every "
+        "corpus chunk once, with 4 threads sharing the slots; audio-s per CPU-s of that process. This is the "
+        "ceiling for the serving-overhead target and the audio for the output checks. These jobs run while an "
+        "earlier configuration's server idles (idle memory does not depend on the CPU); the complete system idles "
+        "alone.",
+        f"- **Release cycles** (complete system): manual release with the admin token, wait for `released`, read "
+        f"memory, time the short request's first audio; {o['growth_cycles']} cycles, first audio over the first "
+        f"{o['release_cycles']}. Quiet window {o['quiet_window_s']:g} s.",
+        f"- **Cold starts**: {o['cold_starts']} process starts with the compile cache warm and "
+        f"{o['cold_starts']} with `TTS_COMPILE_CACHE=0`, both with the model assembled already "
+        "(`TTS_MODEL_PATH`), so only compilation differs.",
+    ])
+
+
+def _machine(results: Mapping[str, Any]) -> str:
+    m = results["machine"]
+    lines = [
+        f"- CPU: {m['cpu_model']} ({', '.join(m['cpu_flags'])}); {m['logical_cpus']} logical CPUs; budget the "
+        f"server sees: {m['budget']['cpus']} CPUs, {m['budget']['cores']} cores (quota {m['budget']['quota']}).",
+        f"- Memory {m['memory_total_mb']:,} MiB; kernel {m['kernel']}; {m['platform']}.",
+        f"- Commit `{m['commit'][:12]}`" + (" (with uncommitted changes in app/, lifecycle/ or bench/)"
+                                            if m["commit_dirty"] else "") + ".",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + ".",
+        "", "Server settings per configuration (plus `TTS_MODEL_PATH`, `TTS_CACHE_DIR`, `TTS_ADMIN_TOKEN`):", "",
+    ]
+    rows = []
+    for name, record in results.get("configs", {}).items():
+        settings = {k: v for k, v in record.get("settings", {}).items()
+                    if k not in ("TTS_MODEL_PATH", "TTS_CACHE_DIR", "TTS_LOG_LEVEL")}
+        resolved = (record.get("info") or {}).get("resolved") or {}
+        rows.append([f"`{name}`", " ".join(f"{k.removeprefix('TTS_')}={v}" for k, v in settings.items()),
+                     json.dumps({k: resolved.get(k) for k in ("slots", "streams", "threads", "precision",
+                                                              "from_cache")})])
+    lines.append(_table(["configuration", "TTS_* settings", "resolved by the runtime"], rows))
+    return "\n".join(lines)
+
+
+def _problems(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
+    lines = []
+    for name, record in results.get("configs", {}).items():
+        for error in record.get("errors", []):
+            lines.append(f"- `{name}`: {error}")
+        errors = sum(lv.get("errors", 0) for lv in record.get("levels", []))
+        if errors:
+            lines.append(f"- `{name}`: {errors} failed requests under load (see levels/{name}-c*.json).")
+    for name in derived.get("excluded", []):
+        lines.append(f"- `{name}` is not ranked and not in figures.json: it failed the output checks or produced "
+                     "no load figures.")
+    return "\n".join(lines) if lines else "None."
+
+
+def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
+    derived = results["derived"]
+    run = results["run"]
+    at = next(iter(derived["summaries"].values()))["at_clients"] if derived["summaries"] else 4
+    quick = ("\n> **Quick run**: it proves the harness works end to end; its short windows, corpus subset and "
+             "few cycles make the numbers indicative only.\n" if run.get("quick") else "")
+    ceiling = derived["ceiling"]
+    cpus = results["machine"]["budget"]["cpus"]
+    return "\n".join([
+        f"# Benchmark run `{run['id']}`", quick,
+        f"- Measured {run.get('started', '?')} to {run.get('finished', '?')} ({_num(run.get('duration_s'), 0)} s) "
+        f"on {results['machine']['cpu_model']}, {cpus} CPUs.",
+        f"- Command: `{run.get('command') or 'python -m bench run'}`",
+        "- Everything measured: `results.json`; per-request records: `levels/`; figures for the cost model: "
+        "`figures.json` (`python -m bench cost --run <this folder>`).", "",
+        f"## Headline ({at} clients)", "",
+        "Ranked by efficiency; a configuration that fails the output checks is not ranked.", "",
+        headline(results), "",
+        "## Targets", "", _targets(derived), "",
+        (f"On {cpus} CPUs the study's pool gain cannot show, and no 16-core machine was available for this run: "
+         "the efficiency grid on 16 cores remains to be run (`python -m bench run` there).") if cpus < 16 else "",
+        "",
+        "## Efficiency and throughput", "",
+        "audio-s per CPU-s / audio-s per s, per client count:", "", _levels(results), "",
+        f"In-process ceiling (the raw runtime, no HTTP): {_num(ceiling.get('sized_efficiency'))} audio-s per CPU-s "
+        f"for the complete system's shape ({ceiling.get('sized_shape')}, {ceiling.get('sized_concurrency')} "
+        f"threads), {_num(ceiling.get('one_by_one_efficiency'))} for OpenVINO 1 stream x 1 thread.", "",
+        _inprocess(results), "",
+        "![efficiency](efficiency.png)", "",
+        f"## First audio at {at} clients", "", _first_audio(results, at), "",
+        "## Memory", "", _memory(results), "", "![memory over idle time](memory_idle.png)", "",
+        "## Cold start and the released state", "", _lifecycle(results, derived), "",
+        "## Output checks", "", _checks(results), "",
+        "## Cost", "", _cost(derived, audits), "",
+        "## Method", "", _method(results), "",
+        "## Machine, versions, settings", "", _machine(results), "",
+        "## Problems seen in this run", "", _problems(results, derived), "",
+    ]).replace("\n\n\n", "\n\n")
+
+
+def readme_snippet(results: Mapping[str, Any]) -> str:
+    """The headline table with one line of context, for the README."""
+    m = results["machine"]
+    return (f"Measured by `python -m bench run` on {m['cpu_model']} ({m['budget']['cpus']} CPUs), run "
+            f"`{results['run']['id']}`:\n\n{headline(results)}\n")

@@ -1,0 +1,470 @@
+"""The benchmark run: every configuration through the same phases, then checks, figures, cost and the report.
+
+Per configuration, in order (one server process, in its own memory cgroup, page cache of the model files
+dropped before it starts so it pays for its own reads):
+
+1. **Start**: spawn to first audio of the shortest corpus request (a process cold start).
+2. **Load**: closed-loop clients at each client count (`bench.load`, a separate process): ramp, then a
+   steady-state window with the server's CPU time read at its edges. Memory is sampled meanwhile.
+3. **Idle**: billable memory sampled for ``idle_s`` with no requests. While a server only idles, the
+   in-process jobs (`bench.inprocess`) for the output checks and the ceiling run in their own processes: an
+   idle server's memory does not depend on the CPU, and the machine's time is not wasted. The complete system
+   idles alone, because its lifecycle releases memory on a timer during this phase.
+4. **Complete system only**: release/restore cycles (first audio after each release, memory after each
+   release), then process cold starts with and without the compile cache.
+
+The run writes ``results.json`` (everything measured), ``figures.json`` (per-configuration figures in the shape
+`bench.cost` reads), ``report.md`` and PNG plots into the run folder. Bulky artefacts (audio, logs, compile
+caches) go to a work folder under ``--cache-dir``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app import modelfile
+from app.sizing import read_budget
+from bench import checks, client, figures, inprocess, load, machine, plots, report
+from bench import corpus as corpus_mod
+from bench.configs import ServerConfig, all_configs, select
+from bench.meter import MB, Reading, Sampler, evict, files_under
+from bench.server import Server
+
+log = logging.getLogger(__name__)
+REFERENCE = "ort-defaults"
+RERUN = "ort-defaults-rerun"
+CEILING_CONCURRENCY = 4
+"""In-process threads: the client count the targets are stated at."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything that shapes a run; recorded in results.json so a run can be repeated."""
+
+    out: Path
+    cache_dir: Path
+    """Work folder root: assembled model, compile caches, logs and audio of each run."""
+    configs: tuple[str, ...] = ()
+    """Configuration names; empty means all."""
+    clients: tuple[int, ...] = (1, 2, 4, 8)
+    ramp_s: float = 8.0
+    window_s: float = 40.0
+    idle_s: float = 120.0
+    quiet_window_s: float = 45.0
+    """The complete system's quiet window (the server's default)."""
+    release_cycles: int = 10
+    """Cycles the first-audio-after-release figure is taken over."""
+    growth_cycles: int = 50
+    """Cycles the no-growth check runs over (the first ``release_cycles`` of them give first audio)."""
+    cold_starts: int = 3
+    """Process cold starts with, and again without, the compile cache."""
+    corpus: Path = corpus_mod.DEFAULT
+    items: tuple[str, ...] = ()
+    """Utterance ids; empty means the whole corpus."""
+    memory_interval_s: float = 2.0
+    queue_size: int = 32
+    quick: bool = False
+    command: str = ""
+
+    def estimate_s(self, n_configs: int, complete: bool) -> float:
+        """Rough wall time on a quiet 2-core machine (start-up and in-process jobs that overlap idle excluded)."""
+        per_config = 20.0 + len(self.clients) * (self.ramp_s + self.window_s + 4.0) + self.idle_s
+        lifecycle = (max(self.release_cycles, self.growth_cycles) * 4.0 + self.cold_starts * 25.0) if complete else 0
+        return n_configs * per_config + lifecycle + 30.0
+
+
+def quick_options(out: Path, cache_dir: Path, command: str = "") -> Options:
+    """A few minutes: two configurations, a corpus subset, short windows, few cycles."""
+    return Options(out=out, cache_dir=cache_dir, configs=(REFERENCE, "complete"), clients=(1, 2), ramp_s=2.0,
+                   window_s=6.0, idle_s=8.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
+                   items=("s1", "m1"), memory_interval_s=1.0, quick=True, command=command)
+
+
+def _progress(started: float, message: str) -> None:
+    # The CLI's progress lines: a long run must show where it is.
+    print(f"[{time.monotonic() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def _mb(value: float | int | None) -> float | None:
+    return None if value is None else value / MB
+
+
+def _reading(r: Reading, t0: float) -> dict[str, Any]:
+    return {"t": round(r.t - t0, 2), "billable_mb": _mb(r.billable), "anon_mb": _mb(r.anon), "file_mb": _mb(r.file),
+            "mapped_mb": _mb(r.mapped), "rss_mb": _mb(r.rss)}
+
+
+class Run:
+    """One benchmark run; `execute` does everything and returns the run folder."""
+
+    def __init__(self, options: Options) -> None:
+        self.o = options
+        self.started = time.monotonic()
+        self.run_id = options.out.name
+        self.work = options.cache_dir / "runs" / self.run_id
+        self.logs = self.work / "logs"
+        self.audio_dir = self.work / "audio"
+        self.server_cache = self.work / "server-cache"
+        """``TTS_CACHE_DIR`` of every server: fresh per run, so cache state is the run's own doing."""
+        self.inprocess_cache = self.work / "inprocess-cache"
+        self.admin_token = secrets.token_hex(16)
+        corpus = corpus_mod.load(options.corpus)
+        self.corpus = corpus.subset(options.items) if options.items else corpus
+        self.budget = read_budget()
+        self.configs = select(all_configs(self.budget), options.configs) if options.configs else all_configs(
+            self.budget)
+        self.short = self.corpus.shortest()
+        self.model = Path()
+        self.results: dict[str, Any] = {}
+
+    def progress(self, message: str) -> None:
+        _progress(self.started, message)
+
+    # --- the whole run ---------------------------------------------------------------------------
+
+    def execute(self) -> Path:
+        o = self.o
+        o.out.mkdir(parents=True, exist_ok=True)
+        if self.work.exists():
+            shutil.rmtree(self.work)
+        for folder in (self.logs, self.audio_dir, self.server_cache, self.inprocess_cache, o.out / "levels"):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.model = modelfile.assemble(o.cache_dir / "models")
+        has_complete = any(c.kind == "complete" for c in self.configs)
+        self.progress(f"run {self.run_id}: {len(self.configs)} configurations "
+                      f"({', '.join(c.name for c in self.configs)}), clients {list(o.clients)}, "
+                      f"corpus {self.corpus.name} ({len(self.corpus.utterances)} utterances); "
+                      f"about {o.estimate_s(len(self.configs), has_complete) / 60:.0f} min on a quiet 2-core machine")
+        self.results = {
+            "schema": 1,
+            "run": {"id": self.run_id, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                    "command": o.command, "quick": o.quick,
+                    "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(o).items()},
+                    "work_dir": str(self.work)},
+            "machine": machine.describe(),
+            "corpus": {"name": self.corpus.name, "version": self.corpus.version, "sha256": self.corpus.sha256,
+                       "path": self.corpus.path, "utterances": [u.id for u in self.corpus.utterances],
+                       "counts": self.corpus.counts(), "chars": [len(u.text) for u in self.corpus.utterances],
+                       "short_request": self.short.id},
+            "configs": {},
+        }
+        jobs = self._plan_jobs()
+        for index, config in enumerate(self.configs, 1):
+            self.progress(f"[{index}/{len(self.configs)}] {config.name}: {config.title}")
+            self.results["configs"][config.name] = self._measure(config, jobs.get(config.name, []))
+            self._save()
+        if has_complete:
+            self.results["cold_start"] = self._cold_starts(next(c for c in self.configs if c.kind == "complete"))
+        self.results["checks"] = self._checks()
+        self.results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self.results["run"]["duration_s"] = round(time.monotonic() - self.started, 1)
+        self._finish()
+        self.progress(f"done: {o.out / 'report.md'}")
+        return o.out
+
+    def _finish(self) -> None:
+        write_outputs(self.o.out, self.results)
+
+    def _save(self) -> None:
+        """Partial results after each configuration, so a run that dies still leaves its numbers."""
+        (self.o.out / "results.json").write_text(json.dumps(self.results, indent=1, default=str) + "\n")
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    def _job(self, name: str, config: ServerConfig) -> inprocess.Job:
+        cache = self.server_cache if config.compile_cache else self.inprocess_cache
+        return inprocess.Job(name=name, backend=config.backend, streams=config.streams,
+                             threads_per_stream=config.threads_per_stream, runtime_defaults=config.runtime_defaults,
+                             concurrency=CEILING_CONCURRENCY, model_path=self.model, cache_dir=cache,
+                             compile_cache=config.compile_cache, corpus=self.o.corpus, items=self.o.items)
+
+    def _plan_jobs(self) -> dict[str, list[inprocess.Job]]:
+        """Which in-process jobs run during which configuration's idle phase."""
+        plan: dict[str, list[inprocess.Job]] = {}
+        reference = next(c for c in self.configs if c.name == REFERENCE)
+        plan[REFERENCE] = [self._job(REFERENCE, reference), self._job(RERUN, reference)]
+        hosts = [c for c in self.configs if c.kind != "complete"]
+        for config in self.configs:
+            if config.name == REFERENCE:
+                continue
+            if config.kind == "complete":
+                # Before the complete server starts (its compile cache is then warm) and never during its own
+                # idle phase (the job would map the compile-cache file the server's release evicts).
+                plan.setdefault(hosts[-1].name, []).append(self._job(config.name, config))
+            else:
+                plan.setdefault(config.name, []).append(self._job(config.name, config))
+        return plan
+
+    def _run_jobs(self, jobs: Sequence[inprocess.Job]) -> dict[str, dict[str, Any]]:
+        """Run ``jobs`` one after another in one fresh process; each job's outcome, or its error."""
+        if not jobs:
+            return {}
+        names = ", ".join(j.name for j in jobs)
+        self.progress(f"    in process: {names}")
+        jobs_file = self.audio_dir / f"jobs-{jobs[0].name}.json"
+        jobs_file.write_text(json.dumps([j.as_json() for j in jobs], indent=1))
+        log_path = self.logs / f"inprocess-{jobs[0].name}.log"
+        with open(log_path, "wb") as sink:
+            subprocess.run(inprocess.argv(jobs_file, self.audio_dir), stdout=sink, stderr=subprocess.STDOUT,
+                           check=False)
+        found: dict[str, dict[str, Any]] = {}
+        for job in jobs:
+            error = self.audio_dir / f"{job.name}.error"
+            if error.is_file() or not (self.audio_dir / f"{job.name}.json").is_file():
+                text = error.read_text().strip() if error.is_file() else f"no output; see {log_path}"
+                self.progress(f"    in process: {job.name} FAILED: {text}")
+                found[job.name] = {"name": job.name, "error": text}
+                continue
+            outcome, _ = inprocess.read(self.audio_dir / job.name)
+            self.progress(f"    in process: {job.name} ({job.backend}, "
+                          f"{'runtime defaults' if job.runtime_defaults else f'{job.streams}x{job.threads_per_stream}'}"
+                          f", {job.concurrency} threads): {outcome['efficiency']:.2f} audio-s per CPU-s, "
+                          f"{outcome['audio_s']:.0f} audio-s")
+            found[job.name] = outcome
+        return found
+
+    # --- one configuration ------------------------------------------------------------------------
+
+    def _settings(self, config: ServerConfig, **extra: str) -> dict[str, str]:
+        env = config.env(quiet_window_s=self.o.quiet_window_s, queue_size=self.o.queue_size)
+        env.update({"TTS_MODEL_PATH": str(self.model), "TTS_CACHE_DIR": str(self.server_cache),
+                    "TTS_ADMIN_TOKEN": self.admin_token, "TTS_LOG_LEVEL": "info"})
+        env.update(extra)
+        return env
+
+    def _model_files(self) -> list[Path]:
+        return [self.model, *files_under(self.server_cache)]
+
+    def _measure(self, config: ServerConfig, jobs: Sequence[inprocess.Job]) -> dict[str, Any]:
+        settings = self._settings(config)
+        record: dict[str, Any] = {"config": dataclasses.asdict(config) | {"shape": config.shape},
+                                  "settings": {k: v for k, v in settings.items() if k != "TTS_ADMIN_TOKEN"},
+                                  "errors": [], "levels": [], "inprocess": {}}
+        evict(self._model_files())
+        server = Server(config, settings, self.logs / f"{config.name}.log")
+        try:
+            server.start()
+            record["memory_source"] = server.meter.source
+            record["start"] = self._first_request(server)
+            self.progress(f"    cold start to first audio {record['start']['cold_start_s']:.2f} s "
+                          f"(ready {record['start']['ready_s']:.2f} s)")
+            record["info"] = client.get_json(server.url, "/v1/info")
+            record["levels"] = [self._level(server, config, clients) for clients in self.o.clients]
+            record["memory_load"] = [lv.pop("_memory") for lv in record["levels"]]
+            record["idle"] = self._idle(server, config, jobs, record)
+            if config.kind == "complete":
+                record["release_cycles"] = self._cycles(server)
+        except Exception as exc:  # one configuration failing must not lose the others' figures
+            log.exception("%s failed", config.name)
+            record["errors"].append(f"{type(exc).__name__}: {exc}")
+            self.progress(f"    {config.name} FAILED: {type(exc).__name__}: {exc}")
+            missing = [job for job in jobs if job.name not in record["inprocess"]]
+            record["inprocess"].update(self._run_jobs(missing))  # the checks still need the audio
+        finally:
+            try:
+                record["peak_mb"] = _mb(server.meter.peak())
+            except (OSError, ValueError):
+                record["peak_mb"] = None
+            server.stop()
+        return record
+
+    def _first_request(self, server: Server) -> dict[str, Any]:
+        ready = server.wait_ready()
+        sent = time.perf_counter()
+        speech = client.speak(server.url, self.short.text, self.short.voice)
+        return {"ready_s": ready, "cold_start_s": sent - server.spawned_at + speech.first_audio_s,
+                "first_request_first_audio_s": speech.first_audio_s, "audio_s": speech.audio_s}
+
+    def _quiesce(self, server: Server, timeout_s: float = 300.0) -> float:
+        """Wait until no request is in flight; returns the seconds waited.
+
+        Clients hang up at the end of a window, but the server finishes the chunk it is synthesizing for each of
+        them first: idle time and the next level start only once that work is done.
+        """
+        started = time.monotonic()
+        while client.get_json(server.url, "/v1/lifecycle").get("in_flight", 0) and \
+                time.monotonic() - started < timeout_s:
+            time.sleep(0.1)
+        return time.monotonic() - started
+
+    def _level(self, server: Server, config: ServerConfig, clients: int) -> dict[str, Any]:
+        o = self.o
+        self._quiesce(server)
+        path = o.out / "levels" / f"{config.name}-c{clients}.json"
+        argv = [sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
+                str(clients), "--ramp-s", str(o.ramp_s), "--window-s", str(o.window_s), "--corpus", str(o.corpus),
+                "--out", str(path)]
+        if o.items:
+            argv += ["--items", ",".join(o.items)]
+        self.progress(f"    {clients} clients: {o.ramp_s:g} s ramp + {o.window_s:g} s window")
+        launched = time.monotonic()
+        with Sampler(server.meter, 1.0) as sampler:
+            subprocess.run(argv, check=True, timeout=o.ramp_s + o.window_s + 300)
+            readings = sampler.stop()
+        result = load.read(path)
+        steady = [r.billable for r in readings if r.t >= launched + o.ramp_s + 1.0] or [r.billable for r in readings]
+        summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "records"}
+        summary["_memory"] = {"clients": clients, "mean_mb": sum(steady) / len(steady) / MB, "max_mb": max(steady) / MB}
+        self.progress(f"    {clients} clients: {result.efficiency:.2f} audio-s per CPU-s, "
+                      f"{result.throughput:.2f} audio-s per s, first audio p50 {result.first_audio_p50:.2f} s, "
+                      f"{result.errors} errors")
+        if not server.alive():
+            raise RuntimeError(f"the server exited during the {clients}-client level; see {server.log_path}")
+        return summary
+
+    def _idle(self, server: Server, config: ServerConfig, jobs: Sequence[inprocess.Job],
+              record: dict[str, Any]) -> dict[str, Any]:
+        o = self.o
+        interval = max(o.memory_interval_s, min(5.0, o.idle_s / 60.0))
+        self.progress(f"    idle {o.idle_s:g} s, memory every {interval:g} s"
+                      + (f", in-process jobs meanwhile: {', '.join(j.name for j in jobs)}" if jobs else ""))
+        waited = self._quiesce(server)
+        t0 = time.monotonic()
+        with Sampler(server.meter, interval) as sampler:
+            record["inprocess"].update(self._run_jobs(jobs))
+            time.sleep(max(0.0, t0 + o.idle_s - time.monotonic()))
+            readings = [r for r in sampler.stop() if r.t <= t0 + o.idle_s + interval / 2]
+        snapshot = client.get_json(server.url, "/v1/lifecycle")
+        series = [_reading(r, t0) for r in readings]
+        out: dict[str, Any] = {"interval_s": interval, "series": series, "lifecycle": snapshot,
+                               "waited_for_in_flight_s": waited}
+        values = [s["billable_mb"] for s in series]
+        out["mean_mb"] = sum(values) / len(values)
+        out["end_mb"] = values[-1]
+        if config.lifecycle:
+            release_at = o.quiet_window_s
+            warm = [s["billable_mb"] for s in series if s["t"] < release_at] or values[:1]
+            out["warm_idle_mb"] = sum(warm) / len(warm)
+            out["released"] = snapshot.get("state") == "released"
+        else:
+            out["warm_idle_mb"] = out["mean_mb"]
+        self.progress(f"    idle memory {out['warm_idle_mb']:.0f} MB warm, {out['end_mb']:.0f} MB at the end")
+        return out
+
+    def _cycles(self, server: Server) -> dict[str, Any]:
+        """Release, then time a short request's first audio; memory after each release from the cgroup."""
+        cycles: list[dict[str, Any]] = []
+        total = max(self.o.release_cycles, self.o.growth_cycles)
+        self.progress(f"    {total} release/restore cycles")
+        for n in range(1, total + 1):
+            state = client.get_json(server.url, "/v1/lifecycle").get("state")
+            if state != "released":
+                client.release(server.url, self.admin_token)
+                client.wait_for_state(server.url, "released")
+            time.sleep(0.2)  # the release has returned; let the reading settle
+            released = server.meter.read()
+            speech = client.speak(server.url, self.short.text, self.short.voice)
+            snapshot = client.get_json(server.url, "/v1/lifecycle")
+            cycles.append({"cycle": n, "released_mb": released.billable / MB, "released_rss_mb": _mb(released.rss),
+                           "released_file_mb": _mb(released.file), "first_audio_s": speech.first_audio_s,
+                           "restore_s": snapshot.get("last_restore_s"), "release_s": snapshot.get("last_release_s")})
+            if n % 10 == 0 or n == total:
+                self.progress(f"    cycle {n}/{total}: released {released.billable / MB:.0f} MB, "
+                              f"first audio {speech.first_audio_s:.2f} s")
+        info = client.get_json(server.url, "/v1/info")
+        return {"cycles": cycles, "first_audio_cycles": self.o.release_cycles, "growth_cycles": self.o.growth_cycles,
+                "active_backend": info.get("active_backend"),
+                "inferences_by_backend": info.get("inferences_by_backend")}
+
+    # --- cold starts ------------------------------------------------------------------------------
+
+    def _cold_starts(self, config: ServerConfig) -> dict[str, Any]:
+        out: dict[str, Any] = {"request": self.short.id}
+        for label, extra in (("with_cache", {}), ("without_cache", {"TTS_COMPILE_CACHE": "0"})):
+            samples: list[dict[str, Any]] = []
+            for n in range(1, self.o.cold_starts + 1):
+                evict(self._model_files())
+                server = Server(config, self._settings(config, **extra), self.logs / f"cold-{label}-{n}.log",
+                                label=f"cold-{n}")
+                try:
+                    server.start()
+                    sample = self._first_request(server)
+                    resolved = client.get_json(server.url, "/v1/info").get("resolved") or {}
+                    sample["from_cache"] = resolved.get("from_cache")
+                    sample["peak_mb"] = _mb(server.meter.peak())
+                    self.progress(f"    cold start {label.replace('_', ' ')} {n}/{self.o.cold_starts}: "
+                                  f"{sample['cold_start_s']:.2f} s to first audio")
+                except Exception as exc:
+                    sample = {"error": f"{type(exc).__name__}: {exc}"}
+                    self.progress(f"    cold start {label.replace('_', ' ')} {n} FAILED: {sample['error']}")
+                finally:
+                    server.stop()
+                samples.append(sample)
+            out[label] = samples
+        return out
+
+    # --- checks -----------------------------------------------------------------------------------
+
+    def _checks(self) -> dict[str, Any]:
+        reference_path = self.audio_dir / REFERENCE
+        if not reference_path.with_suffix(".npz").is_file():
+            return {"error": "the ONNX Runtime reference did not run", "thresholds": dataclasses.asdict(
+                checks.THRESHOLDS)}
+        _, reference = inprocess.read(reference_path)
+        out: dict[str, Any] = {"reference": REFERENCE, "thresholds": dataclasses.asdict(checks.THRESHOLDS),
+                               "configs": {}}
+        names = [RERUN] + [c.name for c in self.configs if c.name != REFERENCE]
+        for name in names:
+            path = self.audio_dir / name
+            if not path.with_suffix(".npz").is_file():
+                out["configs"][name] = {"passed": False, "error": "no in-process audio (the job failed)"}
+                continue
+            _, audio = inprocess.read(path)
+            verdict, chunk_checks = checks.compare(name, REFERENCE, reference, audio)
+            out["configs"][name] = dataclasses.asdict(verdict) | {"chunks_detail": [
+                dataclasses.asdict(c) | {"sample_diff": c.sample_diff} for c in chunk_checks]}
+        # The reference configuration is checked by its own rerun: run-to-run agreement.
+        out["configs"][REFERENCE] = dict(out["configs"][RERUN]) | {"name": REFERENCE}
+        self.progress("    output checks: " + ", ".join(
+            f"{n} {'pass' if v.get('passed') else 'FAIL'}" for n, v in out["configs"].items() if n != RERUN))
+        return out
+
+
+def write_outputs(out: Path, results: dict[str, Any]) -> None:
+    """Derived figures, figures.json, plots, cost audits and the report, from a results dict."""
+    derived = figures.derive(results)
+    results["derived"] = derived
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (out / "figures.json").write_text(json.dumps(derived["figures_file"], indent=2) + "\n")
+    plots.efficiency(out / "efficiency.png", results)
+    plots.idle_memory(out / "memory_idle.png", results)
+    plots.daily_bill(out / "daily_bill.png", derived)
+    audits = audit_cost(out)
+    (out / "report.md").write_text(report.render(results, audits))
+
+
+def audit_cost(out: Path) -> dict[str, str]:
+    """Run the cost audit (``python -m bench cost``) on this run's figures, once per rates preset."""
+    from bench import audit
+
+    made: dict[str, str] = {}
+    figures_data = json.loads((out / "figures.json").read_text())
+    if not figures_data.get("configurations"):
+        return made
+    for preset in figures.PRESETS:
+        folder = out / f"cost-{preset}"
+        try:
+            audit.main(["cost", "--run", str(out), "--billing", preset, "--out", str(folder)])
+            made[preset] = f"cost-{preset}/report.md"
+        except (ValueError, KeyError, OSError) as exc:
+            log.warning("cost audit %s failed: %s", preset, exc)
+    return made
+
+
+def rerender(out: Path) -> Path:
+    """Re-derive figures and rewrite the report from an existing results.json (no measuring)."""
+    results: dict[str, Any] = json.loads((out / "results.json").read_text())
+    write_outputs(out, results)
+    return out / "report.md"

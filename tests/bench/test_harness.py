@@ -1,0 +1,171 @@
+"""The benchmark harness: its parts, and a quick run end to end that must leave sane figures and a report.
+
+The quick run proves the harness works; it checks that the figures exist and are sane, never that they are fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.sizing import CpuBudget
+from bench import configs, cost, load, meter
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_percentiles_interpolate() -> None:
+    assert load.percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
+    assert load.percentile([5.0], 90) == 5.0
+    assert math.isnan(load.percentile([], 50))
+
+
+def test_cpu_seconds_reads_this_process() -> None:
+    before = load.cpu_seconds(os.getpid())
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    assert load.cpu_seconds(os.getpid()) >= before + 0.03
+
+
+def test_the_grid_on_two_and_sixteen_cores() -> None:
+    two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
+    assert configs.grid(two) == [(2, 1), (1, 1), (1, 2)]
+    names = [c.name for c in configs.all_configs(two)]
+    assert names == ["ort-defaults", "ort-sized", "ov-defaults", "ov-sized-2x1", "ov-sized-1x1", "ov-sized-1x2",
+                     "complete"]
+    sixteen = CpuBudget(host_logical=32, host_physical=16, affinity=32, quota=16.0)
+    assert configs.grid(sixteen) == [(8, 1), (4, 2), (2, 4)]
+    complete = configs.all_configs(sixteen)[-1]
+    assert (complete.streams, complete.threads_per_stream, complete.compile_cache, complete.lifecycle) == (
+        4, 2, True, True)
+
+
+def test_only_the_complete_system_has_cache_and_lifecycle() -> None:
+    two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
+    for config in configs.all_configs(two):
+        env = config.env(quiet_window_s=45.0, queue_size=32)
+        assert env["TTS_COMPILE_CACHE"] == ("1" if config.kind == "complete" else "0")
+        assert env["TTS_QUIET_WINDOW_S"] == ("45.0" if config.kind == "complete" else "0")
+        assert env["TTS_RUNTIME_DEFAULTS"] == ("1" if config.kind == "defaults" else "0")
+    assert [c.name for c in configs.select(configs.all_configs(two), ["complete"])] == ["ort-defaults", "complete"]
+    with pytest.raises(ValueError, match="unknown"):
+        configs.select(configs.all_configs(two), ["nope"])
+
+
+def test_the_rss_meter_reads_a_process() -> None:
+    rss = meter.RssMeter()
+    rss.pid = os.getpid()
+    assert rss.read().billable > 10 * 1024 * 1024
+    assert rss.peak() >= rss.read().billable // 2
+    assert "NOT included" in rss.source
+
+
+def test_a_memory_cgroup_holds_its_process_when_cgroups_are_writable() -> None:
+    group = meter.MemoryCgroup.create("test")
+    if group is None:
+        pytest.skip("no writable memory cgroup here")
+    try:
+        process = subprocess.Popen(group.wrap([sys.executable, "-c", "x = bytearray(64 << 20); input()"]),
+                                   stdin=subprocess.PIPE)
+        group.pid = process.pid
+        deadline = time.monotonic() + 30
+        while group.read().billable < 60 << 20 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert str(process.pid) in (group.path / "cgroup.procs").read_text().split()
+        assert group.read().billable >= 60 << 20
+        assert group.peak() >= group.read().billable
+        process.communicate(b"\n", timeout=30)
+    finally:
+        group.remove()
+    assert not group.path.exists()
+
+
+FIGURE_KEYS = ("efficiency", "throughput_audio_s_per_s", "vcpus", "warm_memory_mb", "idle_memory_mb",
+               "peak_memory_mb", "cold_start_s")
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bench") / "quick"
+    cache = tmp_path_factory.mktemp("bench-cache")
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "bench", "run", "--quick", "--out", str(out), "--cache-dir", str(cache)],
+                   cwd=ROOT, check=True, timeout=900)
+    print(f"quick run took {time.monotonic() - started:.0f} s")
+    return out
+
+
+def test_the_quick_run_writes_the_report_and_plots(quick_run: Path) -> None:
+    for name in ("results.json", "figures.json", "report.md", "efficiency.png", "memory_idle.png", "daily_bill.png"):
+        assert (quick_run / name).stat().st_size > 0, name
+    report = (quick_run / "report.md").read_text()
+    for heading in ("## Headline", "## Targets", "## Output checks", "## Cost", "## Method", "## Machine"):
+        assert heading in report
+    assert (quick_run / "cost-study" / "report.md").is_file()
+    assert (quick_run / "cost-cloudrun-instance" / "report.md").is_file()
+    assert sorted(p.name for p in (quick_run / "levels").iterdir()) == [
+        "complete-c1.json", "complete-c2.json", "ort-defaults-c1.json", "ort-defaults-c2.json"]
+
+
+def test_the_quick_run_figures_are_sane(quick_run: Path) -> None:
+    results = json.loads((quick_run / "results.json").read_text())
+    for name in ("ort-defaults", "complete"):
+        record = results["configs"][name]
+        assert record["errors"] == []
+        for level in record["levels"]:
+            for key in ("efficiency", "throughput", "server_cpu_s", "audio_s", "first_audio_p50", "first_audio_p90"):
+                assert _positive(level[key]), (name, level["clients"], key)
+            assert level["first_audio_p90"] >= level["first_audio_p50"]
+            assert level["errors"] == 0
+        assert _positive(record["start"]["cold_start_s"])
+        assert _positive(record["peak_mb"])
+        assert all(_positive(s["billable_mb"]) for s in record["idle"]["series"])
+        assert _positive(record["inprocess"].get(name, {}).get("efficiency"))
+    cycles = results["configs"]["complete"]["release_cycles"]["cycles"]
+    assert len(cycles) == 3
+    assert all(_positive(c["first_audio_s"]) and _positive(c["released_mb"]) for c in cycles)
+    assert [_positive(s.get("cold_start_s")) for s in results["cold_start"]["with_cache"]] == [True]
+    run_to_run = results["checks"]["configs"]["ort-defaults-rerun"]
+    assert run_to_run["passed"] and run_to_run["max_mel_distance"] < 1e-3
+    derived = results["derived"]
+    assert {t["target"] for t in derived["targets"]} >= {"Serving overhead under 5 %", "First-audio p50"}
+    assert _positive(derived["ceiling"]["sized_efficiency"])
+
+
+def test_the_quick_run_figures_feed_the_cost_model(quick_run: Path) -> None:
+    figures = cost.load_figures(quick_run / "figures.json")
+    names = [f.name for f in figures.configurations]
+    assert "ort-defaults" in names
+    data = json.loads((quick_run / "figures.json").read_text())
+    for entry in data["configurations"]:
+        for key in FIGURE_KEYS:
+            assert _positive(entry[key]), (entry["name"], key)
+    results = json.loads((quick_run / "results.json").read_text())
+    for preset in ("study", "cloudrun-instance"):
+        for name in names:
+            for memory in ("metered", "configured"):
+                assert _positive(results["derived"]["cost"][preset][name][memory]["per_audio_hour"])
+                assert _positive(results["derived"]["cost"][preset][name][memory]["day_total"])
+
+
+def test_audio_is_credited_to_the_time_it_was_made_in() -> None:
+    second = int(load.BYTES_PER_AUDIO_S)
+    # One client: 4 audio-s made over [0, 4), then 2 over [4, 6); the window [2, 5) gets half of each.
+    arrivals = [(0.0, 4.0, 4 * second), (4.0, 6.0, 2 * second)]
+    assert load.window_audio_s(arrivals, 2.0, 5.0) == pytest.approx(2.0 + 1.0)
+    assert load.window_audio_s(arrivals, 0.0, 6.0) == pytest.approx(6.0)
+    assert load.window_audio_s([(3.0, 3.0, second)], 2.0, 5.0) == pytest.approx(1.0)
+    assert load.window_audio_s([(6.0, 7.0, second)], 2.0, 5.0) == 0.0
