@@ -187,7 +187,7 @@ class LifecycleManager:
             pagecache.evict(files)
 
     async def _watch(self) -> None:
-        tick = min(1.0, max(0.05, self.quiet_window_s / 4))
+        tick = min(1.0, max(0.01, self.quiet_window_s / 4))
         while True:
             await asyncio.sleep(tick)
             quiet = time.monotonic() - self._idle_since >= self.quiet_window_s

@@ -1,0 +1,178 @@
+"""The lifecycle manager with a fake state holder: windows, serialization, no stampede."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from lifecycle.manager import Busy, LifecycleManager, NotReady
+from lifecycle.states import State
+
+
+class Holder:
+    """A Reclaimable whose state is a flag; counts calls and refuses misuse loudly."""
+
+    def __init__(self, restore_s: float = 0.05, fail_restores: int = 0) -> None:
+        self.loaded = False
+        self.restores = 0
+        self.releases = 0
+        self.restore_s = restore_s
+        self.fail_restores = fail_restores
+        self.users = 0
+        self._lock = threading.Lock()
+
+    def restore(self) -> dict[str, float]:
+        with self._lock:
+            assert not self.loaded
+        time.sleep(self.restore_s)
+        if self.fail_restores:
+            self.fail_restores -= 1
+            raise RuntimeError("disk on fire")
+        self.loaded = True
+        self.restores += 1
+        return {"total_s": self.restore_s}
+
+    def release(self) -> None:
+        assert self.users == 0, "released while in use"
+        self.loaded = False
+        self.releases += 1
+
+    def files(self) -> list[Path]:
+        return []
+
+    def use(self) -> None:
+        assert self.loaded, "used while released"
+
+
+def run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_release_after_the_window_and_not_before() -> None:
+    async def scenario() -> None:
+        holder = Holder()
+        manager = LifecycleManager(holder, quiet_window_s=0.6, evict_files=False)
+        await manager.start()
+        await asyncio.sleep(0.3)
+        assert manager.state is State.WARM
+        await asyncio.sleep(0.8)
+        assert manager.state is State.RELEASED and holder.releases == 1
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_zero_window_never_releases() -> None:
+    async def scenario() -> None:
+        manager = LifecycleManager(Holder(), quiet_window_s=0, evict_files=False)
+        await manager.start()
+        await asyncio.sleep(0.3)
+        assert manager.state is State.WARM
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_a_request_longer_than_the_window_is_never_released_under() -> None:
+    async def scenario() -> None:
+        holder = Holder()
+        manager = LifecycleManager(holder, quiet_window_s=0.2, evict_files=False)
+        await manager.start()
+        async with manager.in_use():
+            holder.users += 1
+            for _ in range(10):
+                await asyncio.sleep(0.1)
+                holder.use()
+                assert manager.state is State.WARM
+            holder.users -= 1
+        await asyncio.sleep(0.6)
+        assert manager.state is State.RELEASED
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_concurrent_arrivals_share_one_restore() -> None:
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.2)
+        manager = LifecycleManager(holder, quiet_window_s=0, evict_files=False)
+        await manager.start()
+        assert await manager.release()
+
+        async def request() -> None:
+            async with manager.in_use():
+                holder.use()
+
+        await asyncio.gather(*(request() for _ in range(20)))
+        assert holder.restores == 2  # the start, then exactly one restore for 20 arrivals
+        assert manager.machine.counts["released->restoring"] == 1
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_failed_restore_is_retried_by_the_next_request() -> None:
+    async def scenario() -> None:
+        holder = Holder(fail_restores=0)
+        manager = LifecycleManager(holder, quiet_window_s=0, evict_files=False)
+        await manager.start()
+        await manager.release()
+        holder.fail_restores = 1
+        with pytest.raises(NotReady):
+            async with manager.in_use():
+                pass
+        assert manager.state is State.FAILED and "disk on fire" in (manager.last_error or "")
+        async with manager.in_use():
+            holder.use()
+        assert manager.state is State.WARM
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_manual_release_refuses_while_in_flight() -> None:
+    async def scenario() -> None:
+        manager = LifecycleManager(Holder(), quiet_window_s=0, evict_files=False)
+        await manager.start()
+        async with manager.in_use():
+            with pytest.raises(Busy):
+                await manager.release(manual=True)
+        assert await manager.release(manual=True)
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_hundreds_of_cycles_with_requests_landing_at_the_release_moment() -> None:
+    """Requests race the watcher's release: none may see released state, none may be lost."""
+
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.001)
+        manager = LifecycleManager(holder, quiet_window_s=0.01, evict_files=False)
+        await manager.start()
+        served = 0
+
+        async def request(delay: float) -> None:
+            nonlocal served
+            await asyncio.sleep(delay)
+            async with manager.in_use():
+                holder.users += 1
+                holder.use()
+                await asyncio.sleep(0.001)
+                holder.use()
+                holder.users -= 1
+            served += 1
+
+        for cycle in range(300):
+            # Wait for the quiet window to elapse, then land a burst right around the release.
+            await asyncio.sleep(0.012 + (cycle % 7) * 0.003)
+            await asyncio.gather(*(request(j * 0.001) for j in range(4)))
+        assert served == 1200
+        assert holder.releases >= 100 and holder.restores >= 100
+        await manager.stop()
+
+    run(scenario())

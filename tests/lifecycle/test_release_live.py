@@ -1,0 +1,127 @@
+"""Release and restore on a real server with the real model."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lifecycle.pagecache import resident_bytes
+from tests.conftest import LiveServer, live_server
+
+TEXT = "Released and restored, the voice must sound the same."
+ADMIN = {"Authorization": "Bearer admin-secret"}
+
+
+def speak(server: LiveServer, text: str = TEXT) -> bytes:
+    response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
+                          json={"input": text, "voice": "jf_alpha", "response_format": "pcm"})
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def lifecycle(server: LiveServer) -> dict[str, object]:
+    state: dict[str, object] = httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()
+    return state
+
+
+def wait_for(server: LiveServer, state: str, timeout: float = 30) -> dict[str, object]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        snapshot = lifecycle(server)
+        if snapshot["state"] == state:
+            return snapshot
+        time.sleep(0.1)
+    raise AssertionError(f"state never became {state}: {lifecycle(server)}")
+
+
+def cache_files(cache: Path) -> dict[str, int]:
+    return {str(p.relative_to(cache)): p.stat().st_size for p in (cache / "openvino").rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def windowed(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Quiet window of 3 s, OpenVINO only (no bridge), so restores are OpenVINO cache imports."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="3", restore_bridge="0",
+                     admin_token="admin-secret") as s:
+        yield s
+
+
+def test_release_after_the_window_frees_memory_and_page_cache_then_restores_same_audio(
+        windowed: LiveServer, cache_dir: Path) -> None:
+    warm_audio = speak(windowed)
+    warm = lifecycle(windowed)
+    assert warm["state"] == "warm"
+    files_before = cache_files(cache_dir)
+    time.sleep(1.5)
+    assert lifecycle(windowed)["state"] == "warm"  # not before the window
+    released = wait_for(windowed, "released", timeout=20)
+    warm_memory, released_memory = warm["memory"], released["memory"]
+    assert isinstance(warm_memory, dict) and isinstance(released_memory, dict)
+    assert released_memory["rss"] < 0.4 * warm_memory["rss"]
+    assert released_memory["billable"] < warm_memory["billable"]
+    blob = max((cache_dir / "openvino").rglob("*.blob"), key=lambda p: p.stat().st_size)
+    model = cache_dir / "models" / "kokoro-v1.0.int8.onnx"
+    for path in (blob, model):
+        assert resident_bytes(path) < 0.05 * path.stat().st_size, f"{path} is still in the page cache"
+
+    assert speak(windowed) == warm_audio  # identical audio after the restore
+    assert cache_files(cache_dir) == files_before  # nothing was compiled again
+    info = httpx.get(f"{windowed.url}/v1/info").json()
+    assert info["resolved"]["from_cache"] is True
+    assert lifecycle(windowed)["transitions"]["restoring->warm"] >= 1  # type: ignore[index]
+
+
+def test_a_stream_longer_than_the_window_is_never_released_under(windowed: LiveServer) -> None:
+    speak(windowed, "Warm up.")
+    text = " ".join(f"Sentence number {i} keeps this stream going." for i in range(12))
+    states = []
+    received = 0
+    with httpx.stream("POST", f"{windowed.url}/v1/audio/speech", timeout=120,
+                      json={"input": text, "voice": "jf_alpha", "response_format": "pcm"}) as response:
+        started = time.monotonic()
+        for chunk in response.iter_raw():
+            received += len(chunk)
+            states.append(lifecycle(windowed)["state"])
+            time.sleep(0.5)  # a slow reader
+        elapsed = time.monotonic() - started
+    assert elapsed > 4  # longer than the 3 s window
+    assert set(states) == {"warm"}
+    assert received > 24000 * 2 * 10
+    wait_for(windowed, "released", timeout=20)
+
+
+def test_admin_release_needs_the_token(windowed: LiveServer) -> None:
+    url = f"{windowed.url}/v1/lifecycle/release"
+    assert httpx.post(url).status_code == 401
+    assert httpx.post(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert httpx.post(url, headers=ADMIN).status_code == 200
+
+
+def test_bursts_at_the_release_moment_lose_and_truncate_nothing(windowed: LiveServer) -> None:
+    expected = len(speak(windowed, "Burst."))
+    for cycle in range(4):
+        wait_for(windowed, "released", timeout=20) if cycle % 2 else time.sleep(2.9 + 0.05 * cycle)
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            sizes = list(pool.map(lambda _: len(speak(windowed, "Burst.")), range(3)))
+        assert sizes == [expected] * 3
+
+
+def test_bridge_serves_the_first_request_then_openvino_takes_over(cache_dir: Path, tmp_path: Path) -> None:
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret") as server:
+        warm_audio = speak(server)
+        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN).json()["released"] is True
+        bridged = speak(server)
+        # ONNX Runtime on the same model: the same speech, within the output checks' tolerance.
+        assert abs(len(bridged) - len(warm_audio)) < 0.1 * len(warm_audio)
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{server.url}/v1/info").json()["active_backend"] != "openvino":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert speak(server) == warm_audio
+        served = httpx.get(f"{server.url}/v1/info").json()["inferences_by_backend"]
+        assert served["onnxruntime"] >= 1 and served["openvino"] >= 2
