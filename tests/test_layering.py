@@ -1,0 +1,52 @@
+"""Dependencies point one way: HTTP only in app/routes and app/server; lifecycle/ knows nothing of app/."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HTTP_ALLOWED = {"app/server.py", "app/__main__.py"}
+
+
+def imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_http_stays_in_routes_and_server() -> None:
+    for path in (ROOT / "app").rglob("*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("app/routes/") or rel in HTTP_ALLOWED:
+            continue
+        bad = {m for m in imports(path) if m.split(".")[0] in ("starlette", "uvicorn")}
+        assert not bad, f"{rel} imports {bad}"
+
+
+def test_lifecycle_does_not_know_the_app() -> None:
+    for path in (ROOT / "lifecycle").rglob("*.py"):
+        bad = {m for m in imports(path) if m.split(".")[0] in ("app", "starlette", "uvicorn", "bench")}
+        assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_bench_load_talks_to_the_server_over_http_only() -> None:
+    """The load generator is a user: it may not reach into the server. (The in-process ceiling
+    and the output checks import the engine on purpose, to measure the runtime without HTTP.)"""
+    for name in ("load.py", "client.py"):
+        path = ROOT / "bench" / name
+        if path.exists():
+            bad = {m for m in imports(path) if m.split(".")[0] in ("app", "lifecycle", "starlette", "uvicorn")}
+            assert not bad, f"bench/{name} imports {bad}"
+
+
+def test_no_module_reads_the_environment_but_settings() -> None:
+    for path in list((ROOT / "app").rglob("*.py")) + list((ROOT / "lifecycle").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ("app/settings.py", "app/__main__.py"):
+            continue
+        assert "os.environ" not in path.read_text(), f"{rel} reads os.environ"
