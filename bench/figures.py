@@ -78,19 +78,22 @@ def summarize(name: str, record: Mapping[str, Any], results: Mapping[str, Any]) 
         "checks_passed": bool(check.get("passed")),
         "check_error": check.get("error"),
         "run_errors": record.get("errors", []),
-        "inprocess_efficiency": record.get("inprocess", {}).get(name, {}).get("efficiency"),
+        "inprocess_efficiency": results.get("inprocess", {}).get(name, {}).get("efficiency"),
     }
     cycles = record.get("release_cycles", {}).get("cycles", [])
     if cycles:
         first_n = int(record["release_cycles"].get("first_audio_cycles", len(cycles)))
         first_audio = [c["first_audio_s"] for c in cycles[:first_n]]
         released = [c["released_mb"] for c in cycles]
-        head, tail = released[: min(5, len(released))], released[-min(5, len(released)):]
+        # Five cycles at each end smooth single-reading noise; short runs compare their halves.
+        span = max(1, min(5, len(released) // 2))
+        head, tail = released[:span], released[-span:]
         out["release"] = {
             "cycles": len(cycles), "first_audio_cycles": len(first_audio),
             "first_audio_median": _median(first_audio), "first_audio_min": min(first_audio),
             "first_audio_max": max(first_audio), "released_median_mb": _median(released),
             "released_first_mb": released[0], "released_last_mb": released[-1], "released_max_mb": max(released),
+            "growth_span": span,
             "growth_pct": 100.0 * ((_median(tail) or 0.0) - (_median(head) or 0.0)) / (_median(head) or math.nan),
         }
     usable = (out["checks_passed"] and finite(out["full_load_efficiency"]) and out["full_load_efficiency"] > 0
@@ -232,7 +235,8 @@ def targets(summaries: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
             at_most=True))
         out.append(_ratio_target(
             f"No growth across {release['cycles']} release/restore cycles", release["growth_pct"], 5.0,
-            f"Change in memory after release, median of the last 5 cycles against the first 5, % "
+            f"Change in memory after release, median of the last {release['growth_span']} cycles against the first "
+            f"{release['growth_span']}, % "
             f"({release['released_first_mb']:.0f} MB first, {release['released_last_mb']:.0f} MB last, "
             f"{release['released_max_mb']:.0f} MB highest).", at_most=True))
     else:
@@ -248,9 +252,10 @@ def derive(results: Mapping[str, Any]) -> dict[str, Any]:
     for rank, summary in enumerate(ranked, 1):
         summary["rank"] = rank
     complete_record = results.get("configs", {}).get("complete", {})
-    sized = complete_record.get("inprocess", {}).get("complete", {})
-    one: Mapping[str, Any] = next((r.get("inprocess", {}).get(n, {}) for n, r in results.get("configs", {}).items()
-                if n.endswith("-1x1") and r.get("config", {}).get("backend") == "openvino"), {})
+    jobs = results.get("inprocess", {})
+    sized = jobs.get("complete", {})
+    one: Mapping[str, Any] = next((jobs.get(n, {}) for n, r in results.get("configs", {}).items()
+                                   if n.endswith("-1x1") and r.get("config", {}).get("backend") == "openvino"), {})
     ceiling = {"sized_efficiency": sized.get("efficiency"), "sized_concurrency": sized.get("concurrency"),
                "sized_shape": complete_record.get("config", {}).get("shape"),
                "one_by_one_efficiency": one.get("efficiency"), "one_by_one_concurrency": one.get("concurrency")}

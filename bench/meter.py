@@ -7,6 +7,11 @@ anything (`MemoryCgroup.wrap`). The server's own ``/v1/lifecycle`` meter then re
 
 Page cache is charged to the cgroup that first reads a page: the runner evicts the model and compile-cache
 files before each server starts (`evict`) so each server pays for its own reads, as a fresh container would.
+Shared libraries cannot be evicted while any other process maps them (the runner maps numpy; other servers
+and tools map the runtimes), so their pages stay charged elsewhere. In a fresh container they would be the
+server's, so the billable figure adds them back: the file pages the server has resident (``RssFile`` in
+``/proc/<pid>/status``) less the mapped file pages its own group was charged for (``mapped_file``). The raw
+cgroup usage is kept next to it (``cgroup``).
 
 Where no cgroup can be made (not root, read-only mount, cgroup v2 without the memory controller delegated),
 `RssMeter` reads the process's RSS instead and every figure says so: RSS leaves out page cache.
@@ -37,7 +42,8 @@ class Reading:
 
     t: float
     billable: int
-    """Cgroup usage (page cache included), or RSS under the fallback."""
+    """Cgroup usage (page cache included) plus the server's resident file pages charged to other groups; RSS
+    under the fallback."""
     anon: int | None
     file: int | None
     """Page cache charged to the group."""
@@ -45,6 +51,10 @@ class Reading:
     """Page cache mapped into the process (cannot be dropped while mapped)."""
     rss: int | None
     """Resident set of the server process."""
+    cgroup: int | None = None
+    """Raw cgroup usage (None under the fallback)."""
+    uncharged_file: int | None = None
+    """Resident file pages of the server charged to other groups (added to ``billable``)."""
 
     @property
     def billable_mb(self) -> float:
@@ -94,6 +104,17 @@ def _rss(pid: int) -> int | None:
         return None
 
 
+def _status_bytes(pid: int, field: str) -> int | None:
+    """A ``kB`` field of /proc/<pid>/status, in bytes."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _stat(path: Path) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
@@ -113,8 +134,11 @@ class MemoryCgroup:
         self.path = path
         self.version = version
         self.pid: int | None = None
-        self.source = (f"cgroup v1 {path}/memory.usage_in_bytes (page cache included)" if version == 1
-                       else f"cgroup v2 {path}/memory.current (page cache included)")
+        self._uncharged = 0
+        self.source = (f"cgroup v1 {path}/memory.usage_in_bytes (page cache included) + the server's resident "
+                       "file pages charged to other groups" if version == 1
+                       else f"cgroup v2 {path}/memory.current (page cache included) + the server's resident file "
+                            "pages charged to other groups")
 
     @classmethod
     def create(cls, label: str, root: Path = CGROUP_ROOT) -> MemoryCgroup | None:
@@ -147,15 +171,20 @@ class MemoryCgroup:
         rss = _rss(self.pid) if self.pid else None
         if self.version == 1:
             usage = int((self.path / "memory.usage_in_bytes").read_text())
-            return Reading(time.monotonic(), usage, stat.get("total_rss"), stat.get("total_cache"),
-                           stat.get("total_mapped_file"), rss)
-        usage = int((self.path / "memory.current").read_text())
-        return Reading(time.monotonic(), usage, stat.get("anon"), stat.get("file"), stat.get("file_mapped"), rss)
+            anon, cache, mapped = stat.get("total_rss"), stat.get("total_cache"), stat.get("total_mapped_file")
+        else:
+            usage = int((self.path / "memory.current").read_text())
+            anon, cache, mapped = stat.get("anon"), stat.get("file"), stat.get("file_mapped")
+        rss_file = _status_bytes(self.pid, "RssFile") if self.pid else None
+        uncharged = max(0, rss_file - (mapped or 0)) if rss_file is not None else 0
+        self._uncharged = uncharged
+        return Reading(time.monotonic(), usage + uncharged, anon, cache, mapped, rss, usage, uncharged)
 
     def peak(self) -> int:
+        """The group's high-water mark plus the latest shared-library correction (it hardly moves)."""
         name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
         try:
-            return int((self.path / name).read_text())
+            return int((self.path / name).read_text()) + self._uncharged
         except (OSError, ValueError):
             return self.read().billable
 

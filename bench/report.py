@@ -105,15 +105,14 @@ def _first_audio(results: Mapping[str, Any], at: int) -> str:
 
 def _inprocess(results: Mapping[str, Any]) -> str:
     rows = []
-    for record in results.get("configs", {}).values():
-        for name, job in record.get("inprocess", {}).items():
-            if "error" in job:
-                rows.append([f"`{name}`", "failed", "-", "-", "-", job["error"][:160]])
-                continue
-            resolved = job.get("resolved", {})
-            rows.append([f"`{name}`", _num(job["efficiency"]), _num(job["throughput"]), str(job["concurrency"]),
-                         f"{resolved.get('streams')} streams, {resolved.get('threads')} threads, "
-                         f"{resolved.get('precision')}", f"{job['chunks']} chunks, {_num(job['audio_s'], 1)} audio-s"])
+    for name, job in results.get("inprocess", {}).items():
+        if "error" in job:
+            rows.append([f"`{name}`", "failed", "-", "-", "-", job["error"][:160]])
+            continue
+        resolved = job.get("resolved", {})
+        rows.append([f"`{name}`", _num(job["efficiency"]), _num(job["throughput"]), str(job["concurrency"]),
+                     f"{resolved.get('streams')} streams, {resolved.get('threads')} threads, "
+                     f"{resolved.get('precision')}", f"{job['chunks']} chunks, {_num(job['audio_s'], 1)} audio-s"])
     return _table(["in-process job", "audio-s / CPU-s", "audio-s / s", "threads", "runtime resolved", "work"], rows)
 
 
@@ -153,7 +152,8 @@ def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
             f"after release: median {_num(release['released_median_mb'], 0)} MiB; first "
             f"{_num(release['released_first_mb'], 0)}, last {_num(release['released_last_mb'], 0)}, highest "
             f"{_num(release['released_max_mb'], 0)} MiB over {release['cycles']} cycles "
-            f"(growth {_num(release['growth_pct'], 1)} %, last 5 against first 5).", ""]
+            f"(growth {_num(release['growth_pct'], 1)} %, last {release['growth_span']} against first "
+            f"{release['growth_span']}).", ""]
         record = results["configs"]["complete"]["release_cycles"]
         if record.get("inferences_by_backend"):
             parts += [f"Inferences by backend over the complete system's life (`/v1/info`): "
@@ -162,9 +162,10 @@ def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
                       "first requests after a release are served by ONNX Runtime while OpenVINO loads behind it.", ""]
         cycles = record["cycles"]
         shown = cycles if len(cycles) <= 12 else cycles[:10] + cycles[-2:]
-        parts += [_table(["cycle", "memory after release, MiB", "RSS after release, MiB", "page cache, MiB",
-                          "first audio, s", "restore, s", "release, s"],
-                         [[str(c["cycle"]), _num(c["released_mb"], 0), _num(c.get("released_rss_mb"), 0),
+        parts += [_table(["cycle", "billable after release, MiB", "of which cgroup", "of which shared libraries",
+                          "RSS, MiB", "page cache, MiB", "first audio, s", "restore, s", "release, s"],
+                         [[str(c["cycle"]), _num(c["released_mb"], 0), _num(c.get("released_cgroup_mb"), 0),
+                           _num(c.get("released_uncharged_file_mb"), 0), _num(c.get("released_rss_mb"), 0),
                            _num(c.get("released_file_mb"), 0), _num(c["first_audio_s"]), _num(c.get("restore_s")),
                            _num(c.get("release_s"))] for c in shown]), ""]
         if len(cycles) > 12:
@@ -240,12 +241,17 @@ def _method(results: Mapping[str, Any]) -> str:
         f"arrived, cycling through the corpus from its own offset; streamed 16-bit PCM (no encoder cost). "
         f"{o['ramp_s']:g} s of ramp-up excluded, then a {o['window_s']:g} s steady-state window. The clients run "
         f"in a separate process (bench/load.py), which reads the server's CPU time (utime + stime of all its "
-        f"threads, /proc/<pid>/stat) at the window's two edges. Audio counts where its bytes arrive inside the "
-        f"window. First audio: from sending a request to its first audio bytes, over requests sent in the window.",
-        "- **Efficiency** = audio-seconds received in the window / server CPU-seconds in the window; "
+        f"threads, /proc/<pid>/stat) at the window's two edges. Audio is credited to the time it was made in: each "
+        f"arrival's bytes are spread over the time since that client's previous arrival (or its request), and the "
+        f"window gets the overlapping share; clients run on past the window until every one has received something "
+        f"after it. First audio: from sending a request to its first audio bytes, over the requests whose first "
+        f"audio arrived in the window.",
+        "- **Efficiency** = audio-seconds made in the window / server CPU-seconds in the window; "
         "**throughput** = audio-seconds / window seconds. Client CPU is recorded separately (levels/*.json).",
         f"- **Memory**: each server runs in a memory cgroup of its own; billable = the cgroup's usage, page cache "
-        f"included. Model and compile-cache files are dropped from the page cache before each server starts. Idle "
+        f"included, plus the server's resident file pages (shared libraries) that another process had already "
+        f"charged to its own group: in a fresh container those would be the server's too (bench/meter.py). Model "
+        f"and compile-cache files are dropped from the page cache before each server starts. Idle "
         f"period: {o['idle_s']:g} s after the last load window (the issue's 10 minutes is `--idle-s 600`). Peak: "
         f"the cgroup's high-water mark over the server's life.",
         "- **In process** (bench/inprocess.py): the same backend code and settings in a process of its own, every "

@@ -102,7 +102,8 @@ def _mb(value: float | int | None) -> float | None:
 
 
 def _reading(r: Reading, t0: float) -> dict[str, Any]:
-    return {"t": round(r.t - t0, 2), "billable_mb": _mb(r.billable), "anon_mb": _mb(r.anon), "file_mb": _mb(r.file),
+    return {"t": round(r.t - t0, 2), "billable_mb": _mb(r.billable), "cgroup_mb": _mb(r.cgroup),
+            "uncharged_file_mb": _mb(r.uncharged_file), "anon_mb": _mb(r.anon), "file_mb": _mb(r.file),
             "mapped_mb": _mb(r.mapped), "rss_mb": _mb(r.rss)}
 
 
@@ -159,6 +160,7 @@ class Run:
                        "counts": self.corpus.counts(), "chars": [len(u.text) for u in self.corpus.utterances],
                        "short_request": self.short.id},
             "configs": {},
+            "inprocess": {},
         }
         jobs = self._plan_jobs()
         for index, config in enumerate(self.configs, 1):
@@ -251,7 +253,7 @@ class Run:
         settings = self._settings(config)
         record: dict[str, Any] = {"config": dataclasses.asdict(config) | {"shape": config.shape},
                                   "settings": {k: v for k, v in settings.items() if k != "TTS_ADMIN_TOKEN"},
-                                  "errors": [], "levels": [], "inprocess": {}}
+                                  "errors": [], "levels": [], "inprocess_jobs": [j.name for j in jobs]}
         evict(self._model_files())
         server = Server(config, settings, self.logs / f"{config.name}.log")
         try:
@@ -270,8 +272,8 @@ class Run:
             log.exception("%s failed", config.name)
             record["errors"].append(f"{type(exc).__name__}: {exc}")
             self.progress(f"    {config.name} FAILED: {type(exc).__name__}: {exc}")
-            missing = [job for job in jobs if job.name not in record["inprocess"]]
-            record["inprocess"].update(self._run_jobs(missing))  # the checks still need the audio
+            missing = [job for job in jobs if job.name not in self.results["inprocess"]]
+            self.results["inprocess"].update(self._run_jobs(missing))  # the checks still need the audio
         finally:
             try:
                 record["peak_mb"] = _mb(server.meter.peak())
@@ -333,7 +335,7 @@ class Run:
         waited = self._quiesce(server)
         t0 = time.monotonic()
         with Sampler(server.meter, interval) as sampler:
-            record["inprocess"].update(self._run_jobs(jobs))
+            self.results["inprocess"].update(self._run_jobs(jobs))
             time.sleep(max(0.0, t0 + o.idle_s - time.monotonic()))
             readings = [r for r in sampler.stop() if r.t <= t0 + o.idle_s + interval / 2]
         snapshot = client.get_json(server.url, "/v1/lifecycle")
@@ -367,7 +369,10 @@ class Run:
             released = server.meter.read()
             speech = client.speak(server.url, self.short.text, self.short.voice)
             snapshot = client.get_json(server.url, "/v1/lifecycle")
-            cycles.append({"cycle": n, "released_mb": released.billable / MB, "released_rss_mb": _mb(released.rss),
+            cycles.append({"cycle": n, "released_mb": released.billable / MB,
+                           "released_cgroup_mb": _mb(released.cgroup),
+                           "released_uncharged_file_mb": _mb(released.uncharged_file),
+                           "released_rss_mb": _mb(released.rss),
                            "released_file_mb": _mb(released.file), "first_audio_s": speech.first_audio_s,
                            "restore_s": snapshot.get("last_restore_s"), "release_s": snapshot.get("last_release_s")})
             if n % 10 == 0 or n == total:

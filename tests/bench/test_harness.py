@@ -133,7 +133,7 @@ def test_the_quick_run_figures_are_sane(quick_run: Path) -> None:
         assert _positive(record["start"]["cold_start_s"])
         assert _positive(record["peak_mb"])
         assert all(_positive(s["billable_mb"]) for s in record["idle"]["series"])
-        assert _positive(record["inprocess"].get(name, {}).get("efficiency"))
+        assert _positive(results["inprocess"][name]["efficiency"])
     cycles = results["configs"]["complete"]["release_cycles"]["cycles"]
     assert len(cycles) == 3
     assert all(_positive(c["first_audio_s"]) and _positive(c["released_mb"]) for c in cycles)
