@@ -4,8 +4,10 @@
   as a server that never sized its runtime would run. Four requests may infer at once, as in the most used peer
   server (Kokoro-FastAPI's semaphore of four).
 - ``ort-sized``: ONNX Runtime with one session per stream, sized from the CPUs (the server's rule).
-- ``ov-sized-SxT``: OpenVINO with S streams of T threads: a small grid around the server's rule, which is
-  marked ``auto``.
+- ``ov-sized-SxT``: OpenVINO with S streams of T threads: a small grid around the server's rule (which is
+  marked ``auto``): one thread per core, and fewer, wider streams. One stream of one thread is measured in
+  process only (the raw runtime's own shape, bench/inprocess.py): as a server on a small machine it would
+  leave cores idle.
 - ``complete``: the complete system: OpenVINO sized by the rule, compile cache on, lifecycle on (memory is
   released after the quiet window and restored on demand).
 
@@ -76,8 +78,6 @@ def grid(budget: CpuBudget) -> list[tuple[int, int]]:
     for threads in (2, 4):
         if cores >= threads:
             shapes.add((cores // threads, threads))
-    if cores <= 2:
-        shapes.add((1, 1))  # on tiny machines, one stream of one thread is the raw runtime's own shape
     return sorted(shapes, key=lambda s: (-s[0], s[1]))
 
 

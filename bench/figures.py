@@ -254,8 +254,7 @@ def derive(results: Mapping[str, Any]) -> dict[str, Any]:
     complete_record = results.get("configs", {}).get("complete", {})
     jobs = results.get("inprocess", {})
     sized = jobs.get("complete", {})
-    one: Mapping[str, Any] = next((jobs.get(n, {}) for n, r in results.get("configs", {}).items()
-                                   if n.endswith("-1x1") and r.get("config", {}).get("backend") == "openvino"), {})
+    one: Mapping[str, Any] = jobs.get("ov-1x1", {})
     ceiling = {"sized_efficiency": sized.get("efficiency"), "sized_concurrency": sized.get("concurrency"),
                "sized_shape": complete_record.get("config", {}).get("shape"),
                "one_by_one_efficiency": one.get("efficiency"), "one_by_one_concurrency": one.get("concurrency")}

@@ -14,7 +14,9 @@ one, and the window gets the share of them that overlaps it (2 bytes per sample 
 whole arrivals instead would be off by up to a chunk per client at each edge: tens of percent of a
 one-client window, where one chunk can take seconds. So the clients keep going past the window's end until
 every one of them has received something after it (every interval that overlaps the window is then closed),
-and only then hang up; the server frees their slots.
+for at most ``drain_s``; a client whose interval is still open then is credited, for the part of it inside the
+window, with the audio per client-second the closed intervals of the window show (``audio_s_extrapolated``).
+Then they hang up; the server frees their slots.
 
 First audio is the time from sending a request to the arrival of its first audio bytes (PCM carries no header),
 over the requests whose first audio arrived inside the window. Progress goes to stderr every few seconds.
@@ -44,6 +46,9 @@ log = logging.getLogger("bench.load")
 BYTES_PER_AUDIO_S = 48_000.0
 """16-bit mono PCM at 24 kHz."""
 PROGRESS_EVERY_S = 5.0
+COALESCE_S = 0.25
+"""Body parts closer together than this are one chunk cut up by the transport (merging two chunks is harmless:
+the interval stays contiguous)."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,11 @@ class LevelResult:
     """Actual window length (monotonic clock)."""
     server_cpu_s: float
     audio_s: float
-    """Audio-seconds received inside the window."""
+    """Audio-seconds made inside the window."""
+    audio_s_extrapolated: float
+    """The part of ``audio_s`` credited to intervals still open when the clients hung up."""
+    clients_open_at_end: int
+    """Clients that had received nothing after the window when the drain time ran out."""
     efficiency: float
     """Audio-seconds per server CPU-second."""
     throughput: float
@@ -117,6 +126,11 @@ def window_audio_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: 
     return total / BYTES_PER_AUDIO_S
 
 
+def covered_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: float) -> float:
+    """Client-seconds of [w0, w1) covered by closed production intervals."""
+    return sum(max(0.0, min(at, w1) - max(since, w0)) for since, at, _ in arrivals)
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of every thread of ``pid`` (fields 14 and 15 of /proc/<pid>/stat)."""
     text = Path(f"/proc/{pid}/stat").read_text()
@@ -135,6 +149,8 @@ class _Level:
     """(produced since, arrived at, bytes) of every body part received."""
     closed: set[int] = dataclasses.field(default_factory=set)
     """Clients that have received something since the window ended."""
+    open_since: dict[int, float] = dataclasses.field(default_factory=dict)
+    """Per client, when its current production interval began (its last arrival or request)."""
     records: list[RequestRecord] = dataclasses.field(default_factory=list)
     cpu_start: float = math.nan
     cpu_end: float = math.nan
@@ -157,6 +173,8 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
         error = ""
         done: float | None = None
         since = sent
+        last: int | None = None
+        level.open_since[index] = sent
         try:
             async with http.stream("POST", url, json=body) as response:
                 status = response.status_code
@@ -168,8 +186,15 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
                         if first is None and part:
                             first = now
                         received += len(part)
-                        level.arrivals.append((since, now, len(part)))
-                        since = now
+                        if last is not None and now - level.arrivals[last][1] < COALESCE_S:
+                            # The rest of the same chunk, split by the transport: it was made in the same
+                            # interval as its first bytes, not in the milliseconds since they arrived.
+                            began, _, size = level.arrivals[last]
+                            level.arrivals[last] = (began, now, size + len(part))
+                        else:
+                            last = len(level.arrivals)
+                            level.arrivals.append((since, now, len(part)))
+                        since = level.open_since[index] = now
                         if now >= level.window_end:
                             level.closed.add(index)
                     done = time.monotonic()
@@ -210,7 +235,7 @@ async def _progress(clients: int, level: _Level) -> None:
 
 
 async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod.Utterance], ramp_s: float,
-                    window_s: float, timeout_s: float = 300.0) -> LevelResult:
+                    window_s: float, drain_s: float = 8.0, timeout_s: float = 300.0) -> LevelResult:
     """Drive ``clients`` closed-loop clients against ``url``/v1/audio/speech for ramp + window."""
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic()
@@ -222,9 +247,10 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
         progress = asyncio.create_task(_progress(clients, level))
         await _edges(pid, level)
         # Past the window until every client has received something after it (see the module docstring).
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + drain_s
         while len(level.closed) < clients and time.monotonic() < deadline and not all(t.done() for t in tasks):
             await asyncio.sleep(0.05)
+        still_open = {i: t for i, t in level.open_since.items() if i not in level.closed}
         for task in (*tasks, progress):
             task.cancel()
         await asyncio.gather(*tasks, progress, return_exceptions=True)
@@ -232,7 +258,12 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
     client_cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     window = level.t_cpu_end - level.t_cpu_start
     cpu = level.cpu_end - level.cpu_start
-    audio_s = window_audio_s(level.arrivals, level.t_cpu_start, level.t_cpu_end)
+    edge0, edge1 = level.t_cpu_start, level.t_cpu_end
+    measured = window_audio_s(level.arrivals, edge0, edge1)
+    covered = covered_s(level.arrivals, edge0, edge1)
+    per_client_s = measured / covered if covered > 0 else 0.0
+    extrapolated = per_client_s * sum(max(0.0, edge1 - max(since, edge0)) for since in still_open.values())
+    audio_s = measured + extrapolated
     w0, w1 = level.window_start - start, level.window_end - start
     in_window = [r for r in level.records if w0 <= r.sent < w1]
     # First audio counts for every request whose first audio arrived inside the window: counting by send time
@@ -241,6 +272,7 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
     errors = sum(1 for r in level.records if r.error and r.done is None and "cancelled" not in r.error)
     return LevelResult(
         clients=clients, ramp_s=ramp_s, window_s=window, server_cpu_s=cpu, audio_s=audio_s,
+        audio_s_extrapolated=extrapolated, clients_open_at_end=len(still_open),
         efficiency=audio_s / cpu if cpu > 0 else math.nan, throughput=audio_s / window if window > 0 else math.nan,
         requests_sent=len(in_window),
         requests_completed=sum(1 for r in level.records if r.done is not None and w0 <= r.done < w1),
@@ -264,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, required=True)
     parser.add_argument("--ramp-s", type=float, required=True)
     parser.add_argument("--window-s", type=float, required=True)
+    parser.add_argument("--drain-s", type=float, default=8.0, help="longest wait past the window")
     parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
     parser.add_argument("--items", default="", help="comma-separated utterance ids (default: all)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the LevelResult")
@@ -271,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = corpus_mod.load(args.corpus)
     if args.items:
         corpus = corpus.subset(args.items.split(","))
-    result = asyncio.run(run_level(args.url, args.pid, args.clients, corpus.utterances, args.ramp_s, args.window_s))
+    result = asyncio.run(run_level(args.url, args.pid, args.clients, corpus.utterances, args.ramp_s, args.window_s,
+                                   args.drain_s))
     args.out.write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n")
     return 0
 

@@ -45,6 +45,8 @@ from bench.server import Server
 log = logging.getLogger(__name__)
 REFERENCE = "ort-defaults"
 RERUN = "ort-defaults-rerun"
+ONE_BY_ONE = "ov-1x1"
+"""In-process job only: OpenVINO, one stream of one thread, one request at a time."""
 CEILING_CONCURRENCY = 4
 """In-process threads: the client count the targets are stated at."""
 
@@ -73,6 +75,10 @@ class Options:
     corpus: Path = corpus_mod.DEFAULT
     items: tuple[str, ...] = ()
     """Utterance ids; empty means the whole corpus."""
+    drain_s: float = 8.0
+    """Longest wait past a window for every client's in-flight chunk (bench/load.py)."""
+    ceiling_1x1: bool = True
+    """Also measure OpenVINO 1 stream x 1 thread in process, one thread (the raw runtime's own efficiency)."""
     memory_interval_s: float = 2.0
     queue_size: int = 32
     quick: bool = False
@@ -80,7 +86,7 @@ class Options:
 
     def estimate_s(self, n_configs: int, complete: bool) -> float:
         """Rough wall time on a quiet 2-core machine (start-up and in-process jobs that overlap idle excluded)."""
-        per_config = 20.0 + len(self.clients) * (self.ramp_s + self.window_s + 4.0) + self.idle_s
+        per_config = 20.0 + len(self.clients) * (self.ramp_s + self.window_s + self.drain_s + 6.0) + self.idle_s
         lifecycle = (max(self.release_cycles, self.growth_cycles) * 4.0 + self.cold_starts * 25.0) if complete else 0
         return n_configs * per_config + lifecycle + 30.0
 
@@ -89,7 +95,8 @@ def quick_options(out: Path, cache_dir: Path, command: str = "") -> Options:
     """A few minutes: two configurations, a corpus subset, short windows, few cycles."""
     return Options(out=out, cache_dir=cache_dir, configs=(REFERENCE, "complete"), clients=(1, 2), ramp_s=2.0,
                    window_s=6.0, idle_s=8.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
-                   items=("s1", "m1"), memory_interval_s=1.0, quick=True, command=command)
+                   items=("s1", "m1"), drain_s=4.0, ceiling_1x1=False, memory_interval_s=1.0, quick=True,
+                   command=command)
 
 
 def _progress(started: float, message: str) -> None:
@@ -198,6 +205,10 @@ class Run:
         reference = next(c for c in self.configs if c.name == REFERENCE)
         plan[REFERENCE] = [self._job(REFERENCE, reference), self._job(RERUN, reference)]
         hosts = [c for c in self.configs if c.kind != "complete"]
+        if self.o.ceiling_1x1:
+            one = ServerConfig(ONE_BY_ONE, "OpenVINO 1 stream x 1 thread", "openvino", "sized", 1, 1)
+            host = next((c for c in hosts if c.name == "ort-sized"), hosts[-1])
+            plan.setdefault(host.name, []).append(dataclasses.replace(self._job(ONE_BY_ONE, one), concurrency=1))
         for config in self.configs:
             if config.name == REFERENCE:
                 continue
@@ -306,8 +317,8 @@ class Run:
         self._quiesce(server)
         path = o.out / "levels" / f"{config.name}-c{clients}.json"
         argv = [sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
-                str(clients), "--ramp-s", str(o.ramp_s), "--window-s", str(o.window_s), "--corpus", str(o.corpus),
-                "--out", str(path)]
+                str(clients), "--ramp-s", str(o.ramp_s), "--window-s", str(o.window_s), "--drain-s", str(o.drain_s),
+                "--corpus", str(o.corpus), "--out", str(path)]
         if o.items:
             argv += ["--items", ",".join(o.items)]
         self.progress(f"    {clients} clients: {o.ramp_s:g} s ramp + {o.window_s:g} s window")
@@ -421,6 +432,8 @@ class Run:
         out: dict[str, Any] = {"reference": REFERENCE, "thresholds": dataclasses.asdict(checks.THRESHOLDS),
                                "configs": {}}
         names = [RERUN] + [c.name for c in self.configs if c.name != REFERENCE]
+        if (self.audio_dir / ONE_BY_ONE).with_suffix(".json").is_file():
+            names.append(ONE_BY_ONE)
         for name in names:
             path = self.audio_dir / name
             if not path.with_suffix(".npz").is_file():
