@@ -264,9 +264,9 @@ def build(model_path: Path, out: Path, *, precision: str = "f32", streams: int =
 
 
 def _in_thread(load: Callable[[], Resolved]) -> Resolved:
-    """Run ``load`` in a worker thread, as the server does. Measured here (AMD EPYC, OpenVINO 2026.4.1):
-    ``compile_model`` with ``CPU_DENORMALS_OPTIMIZATION=YES`` on the main thread left every later
-    inference failing a Broadcast shape check, whatever thread ran it; compiled on another thread, it spoke."""
+    """Run ``load`` in a worker thread, as the server does, so the build compiles the way a server start
+    would. It mattered once (AMD EPYC, OpenVINO 2026.4.1): with ``CPU_DENORMALS_OPTIMIZATION=YES``, a compile
+    on the main thread left every later inference failing a Broadcast shape check; on another thread it spoke."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(load).result()
 
