@@ -46,6 +46,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # No telemetry leaves the process: ONNX Runtime reports usage on Linux unless told not to.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     flags = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         env = dict(os.environ)

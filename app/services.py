@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from app import backends, modelfile
 from app.engine import Engine
@@ -39,9 +40,10 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     """Resolve the model and voices and wire the engine; loads nothing heavy yet (blocking I/O)."""
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     model_path = modelfile.resolve(settings.model_path, settings.cache_dir)
-    cache = settings.cache_dir / "openvino" if settings.compile_cache else None
+    cache = _compile_cache(settings, model_path)
     backend = backends.create(settings.backend, model_path, shape, runtime_defaults=settings.runtime_defaults,
-                              precision=settings.precision, cache_dir=cache)
+                              precision=settings.precision, cache_dir=cache,
+                              fallback_cache_dir=settings.cache_dir / "openvino" / cache.name if cache else None)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
     use_bridge = settings.restore_bridge and settings.backend == "openvino"
@@ -52,6 +54,18 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape
+
+
+def _compile_cache(settings: Settings, model_path: Path) -> Path | None:
+    """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one."""
+    if not settings.compile_cache or settings.backend != "openvino":
+        return None
+    from app import compile_cache
+
+    digest = modelfile.expected_sha256() if settings.model_path is None else None
+    directory, why = compile_cache.choose(settings.baked_cache_dir, settings.cache_dir / "openvino", model_path, digest)
+    log.info("compile cache: %s", why)
+    return directory
 
 
 def default_voice(settings: Settings, voices: VoiceBank) -> str:

@@ -8,6 +8,7 @@ always set: on AMX CPUs the default (bf16) changes the audio and has crashed ins
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,13 @@ class OpenVinoBackend:
     name = "openvino"
 
     def __init__(self, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
-                 cache_dir: Path | None) -> None:
+                 cache_dir: Path | None, fallback_cache_dir: Path | None = None) -> None:
         self._model_path = model_path
         self._shape = shape
         self._runtime_defaults = runtime_defaults
         self._precision = precision
         self._cache_dir = cache_dir
+        self._fallback_cache_dir = fallback_cache_dir
         self._core: Any = None
         self._compiled: Any = None
         self._requests: list[Any] = []
@@ -54,11 +56,7 @@ class OpenVinoBackend:
         import openvino as ov
 
         start = time.perf_counter()
-        core = ov.Core()
-        if self._cache_dir is not None:
-            self._cache_dir.mkdir(parents=True, exist_ok=True)
-            core.set_property({"CACHE_DIR": str(self._cache_dir)})
-        compiled = core.compile_model(str(self._model_path), "CPU", self.config())
+        core, compiled = self._compile(ov)
         streams = int(compiled.get_property("NUM_STREAMS"))
         slots = self._shape.streams if self._runtime_defaults else streams
         self._requests = [compiled.create_infer_request() for _ in range(slots)]
@@ -75,6 +73,32 @@ class OpenVinoBackend:
             extra={"openvino": ov.get_version(), "performance_hint": str(_property(compiled, "PERFORMANCE_HINT", "")),
                    "config": self.config()},
         )
+
+    def _compile(self, ov: Any) -> tuple[Any, Any]:
+        """Compile, or import from the cache. OpenVINO recompiles over a damaged blob in a writable cache,
+        but where it cannot delete a stale or damaged blob (a read-only baked cache) ``compile_model``
+        raises: then compile into the writable fallback, emptied first, and last without any cache."""
+        attempts: list[tuple[Path | None, bool]] = [(self._cache_dir, False), (self._fallback_cache_dir, True)]
+        attempts = [(cache, wipe) for cache, wipe in attempts if cache is not None] + [(None, False)]
+        for number, (cache, wipe) in enumerate(attempts):
+            core = ov.Core()
+            try:
+                if cache is not None:
+                    if wipe:
+                        shutil.rmtree(cache, ignore_errors=True)
+                    cache.mkdir(parents=True, exist_ok=True)
+                    core.set_property({"CACHE_DIR": str(cache)})
+                compiled = core.compile_model(str(self._model_path), "CPU", self.config())
+            except (RuntimeError, OSError) as exc:
+                if cache is None:
+                    raise
+                after = attempts[number + 1][0]
+                log.warning("compiling with CACHE_DIR=%s failed (%s); trying again %s", cache,
+                            str(exc).strip().splitlines()[-1][:200], f"in {after}, emptied" if after else "uncached")
+                continue
+            self._cache_dir = cache  # later restores use the directory that worked
+            return core, compiled
+        raise AssertionError("unreachable: the uncached attempt re-raises")
 
     def unload(self) -> None:
         self._requests = []
