@@ -10,12 +10,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import json
 import logging
 import shlex
 import sys
 from pathlib import Path
 
-from bench import audit, runner
+from bench import audit, report, runner
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -57,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"model, compile caches, logs and audio (default {DEFAULT_CACHE})")
     rep = sub.add_parser("report", help="rebuild report.md, plots and figures.json from RUN/results.json")
     rep.add_argument("run", type=Path)
+    rep.add_argument("--readme", action="store_true", help="print the headline table for the README instead")
     sub.add_parser("cost", help="cost audit (see python -m bench cost --help)", add_help=False)
     sub.add_parser("autoscale", help="autoscaling audit (see python -m bench autoscale --help)", add_help=False)
     return parser
@@ -81,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command == "report":
-        print(runner.rerender(args.run))
+        if args.readme:
+            print(report.readme_snippet(json.loads((args.run / "results.json").read_text())))
+        else:
+            print(runner.rerender(args.run))
         return 0
     options = _options(args, "python -m bench " + shlex.join(argv))
     out = runner.Run(options).execute()

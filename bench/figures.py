@@ -222,8 +222,8 @@ def targets(summaries: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
                                  f"Median billable memory after release ({released:.0f} MB) over warm idle memory "
                                  f"({warm:.0f} MB).", at_most=True))
         out.append(_ratio_target("Released memory <= 200 MB", released, 200.0,
-                                 "Median billable memory after release, MB (cgroup, page cache included).",
-                                 at_most=True))
+                                 "Median billable memory after release, MiB (cgroup, page cache included; MB read "
+                                 "as MiB, as bench/cost.py does).", at_most=True))
         cold = _median(_cold(results, "with_cache"))
         first = release["first_audio_median"]
         out.append(_ratio_target(

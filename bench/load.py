@@ -260,8 +260,11 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
     cpu = level.cpu_end - level.cpu_start
     edge0, edge1 = level.t_cpu_start, level.t_cpu_end
     measured = window_audio_s(level.arrivals, edge0, edge1)
-    covered = covered_s(level.arrivals, edge0, edge1)
-    per_client_s = measured / covered if covered > 0 else 0.0
+    # The rate for open intervals comes from every closed interval since the window began (drain included):
+    # steady state, and more of it than the window alone holds when the window is short.
+    ended = time.monotonic()
+    covered = covered_s(level.arrivals, edge0, ended)
+    per_client_s = window_audio_s(level.arrivals, edge0, ended) / covered if covered > 0 else 0.0
     extrapolated = per_client_s * sum(max(0.0, edge1 - max(since, edge0)) for since in still_open.values())
     audio_s = measured + extrapolated
     w0, w1 = level.window_start - start, level.window_end - start

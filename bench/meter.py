@@ -248,9 +248,15 @@ class Sampler:
         self.stop()
 
     def stop(self) -> tuple[Reading, ...]:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        """Stop, with one last reading so the series reaches the moment of stopping."""
+        if not self._stop.is_set():
+            self._stop.set()
+            if self._thread.is_alive():
+                self._thread.join()
+            try:
+                self._readings.append(self._meter.read())
+            except (OSError, ValueError):
+                pass
         return tuple(self._readings)
 
     @property

@@ -44,8 +44,11 @@ def efficiency(path: Path, results: Mapping[str, Any]) -> None:
     if _finite(ceiling.get("one_by_one_efficiency")):
         left.axhline(ceiling["one_by_one_efficiency"], color="grey", linestyle=":", linewidth=1,
                      label="in process, 1x1")
+    counts = [int(c) for c in results.get("run", {}).get("options", {}).get("clients", [])]
     for ax, label in ((left, "audio-s per CPU-s (server process)"), (right, "audio-s per s")):
         ax.set_xscale("log", base=2)
+        if counts:
+            ax.set_xticks(counts, [str(c) for c in counts])
         ax.set_xlabel("closed-loop clients")
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)

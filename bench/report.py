@@ -348,5 +348,11 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
 def readme_snippet(results: Mapping[str, Any]) -> str:
     """The headline table with one line of context, for the README."""
     m = results["machine"]
+    lines = []
+    for t in results["derived"]["targets"]:
+        verdict = "not tested" if t["met"] is None else "met" if t["met"] else f"missed ({t['missed_by']})"
+        measured = "" if t["measured"] is None else f": {t['measured']:.3g} against {t['limit']:g}"
+        lines.append(f"- {t['target']}{measured}, {verdict}.")
     return (f"Measured by `python -m bench run` on {m['cpu_model']} ({m['budget']['cpus']} CPUs), run "
-            f"`{results['run']['id']}`:\n\n{headline(results)}\n")
+            f"`{results['run']['id']}` (full report: bench/results/{results['run']['id']}/report.md):\n\n"
+            f"{headline(results)}\n\nTargets:\n\n" + "\n".join(lines) + "\n")
