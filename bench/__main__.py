@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import logging
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -45,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--clients", type=_ints, help=f"client counts (default {','.join(map(str, defaults.clients))})")
     run.add_argument("--ramp-s", type=float, help=f"excluded ramp-up per client count (default {defaults.ramp_s:g})")
     run.add_argument("--window-s", type=float, help=f"steady-state window (default {defaults.window_s:g})")
+    run.add_argument("--drain-s", type=float,
+                     help=f"longest wait past a window for in-flight chunks (default {defaults.drain_s:g})")
     run.add_argument("--idle-s", type=float, help=f"idle period (default {defaults.idle_s:g}; the issue's is 600)")
     run.add_argument("--quiet-window-s", type=float,
                      help=f"the complete system's quiet window (default {defaults.quiet_window_s:g})")
@@ -70,9 +73,13 @@ def _options(args: argparse.Namespace, command: str) -> runner.Options:
     base = (runner.quick_options(out, args.cache_dir, command) if args.quick
             else runner.Options(out=out, cache_dir=args.cache_dir, command=command))
     overrides = {name: getattr(args, name) for name in (
-        "configs", "clients", "ramp_s", "window_s", "idle_s", "quiet_window_s", "release_cycles", "growth_cycles",
+        "configs", "clients", "ramp_s", "window_s", "drain_s", "idle_s", "quiet_window_s", "release_cycles", "growth_cycles",
         "cold_starts", "corpus", "items") if getattr(args, name) is not None}
     return dataclasses.replace(base, **overrides)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,8 +95,15 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(runner.rerender(args.run))
         return 0
+    # SIGTERM unwinds like Ctrl-C, so every server is stopped and its cgroup removed on the way out.
+    signal.signal(signal.SIGTERM, _interrupt)
     options = _options(args, "python -m bench " + shlex.join(argv))
-    out = runner.Run(options).execute()
+    try:
+        out = runner.Run(options).execute()
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'Ctrl-C'}); servers stopped; partial results: {options.out / 'results.json'}",
+              file=sys.stderr)
+        return 130
     print(out / "report.md")
     return 0
 
