@@ -73,8 +73,8 @@ def _options(args: argparse.Namespace, command: str) -> runner.Options:
     base = (runner.quick_options(out, args.cache_dir, command) if args.quick
             else runner.Options(out=out, cache_dir=args.cache_dir, command=command))
     overrides = {name: getattr(args, name) for name in (
-        "configs", "clients", "ramp_s", "window_s", "drain_s", "idle_s", "quiet_window_s", "release_cycles", "growth_cycles",
-        "cold_starts", "corpus", "items") if getattr(args, name) is not None}
+        "configs", "clients", "ramp_s", "window_s", "drain_s", "idle_s", "quiet_window_s", "release_cycles",
+        "growth_cycles", "cold_starts", "corpus", "items") if getattr(args, name) is not None}
     return dataclasses.replace(base, **overrides)
 
 
