@@ -167,12 +167,12 @@ def test_hundreds_of_cycles_with_requests_landing_at_the_release_moment() -> Non
                 holder.users -= 1
             served += 1
 
-        for cycle in range(300):
+        for cycle in range(200):
             # Wait for the quiet window to elapse, then land a burst right around the release.
             await asyncio.sleep(0.012 + (cycle % 7) * 0.003)
             await asyncio.gather(*(request(j * 0.001) for j in range(4)))
-        assert served == 1200
-        assert holder.releases >= 100 and holder.restores >= 100
+        assert served == 800
+        assert holder.releases >= 60 and holder.restores >= 60
         await manager.stop()
 
     run(scenario())
