@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench import checks
@@ -305,6 +306,30 @@ def _problems(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
     return "\n".join(lines) if lines else "None."
 
 
+CONTAINER_FIGURES = Path(__file__).resolve().parents[1] / "deploy" / "measured.json"
+
+
+def _container(path: Path = CONTAINER_FIGURES) -> str:
+    """The image's figures, measured from the running container by tests/deploy/test_container.py."""
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "No container figures recorded (`deploy/measured.json`; run `tests/deploy/test_container.py`)."
+    gib = 1024**3
+    rows = [
+        ["image size", f"{m['image_size_bytes'] / 1e9:.2f} GB"],
+        ["cold start to ready (baked compile cache)", f"{m['cold_start_ready_s']:.1f} s"],
+        ["cold start to first audio", f"{m['cold_start_to_first_audio_s']:.1f} s"],
+        ["cold start to ready when it must compile", f"{m['cold_start_ready_compiling_s']:.1f} s"],
+        ["first audio after a release", f"{m['first_audio_after_release_s']:.1f} s"],
+        ["container memory warm", f"{m['memory_warm_bytes'] / gib:.2f} GiB"],
+        ["container memory released", f"{m['memory_released_bytes'] / gib:.2f} GiB"],
+        ["container memory peak", f"{m['memory_peak_bytes'] / gib:.2f} GiB"],
+    ]
+    return (f"From `deploy/measured.json` ({m['_measured']}; {m['_source']}).\n\n"
+            + _table(["figure", "value"], rows))
+
+
 def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
     derived = results["derived"]
     run = results["run"]
@@ -338,6 +363,7 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "## Memory", "", _memory(results), "", "![memory over idle time](memory_idle.png)", "",
         "## Cold start and the released state", "", _lifecycle(results, derived), "",
         "## Output checks", "", _checks(results), "",
+        "## The container image", "", _container(), "",
         "## Cost", "", _cost(derived, audits), "",
         "## Method", "", _method(results), "",
         "## Machine, versions, settings", "", _machine(results), "",
