@@ -31,6 +31,8 @@ from typing import Protocol
 
 import psutil
 
+from lifecycle.meter import read_stat
+
 log = logging.getLogger(__name__)
 MB = 1024.0 * 1024.0
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -115,18 +117,6 @@ def _status_bytes(pid: int, field: str) -> int | None:
     return None
 
 
-def _stat(path: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if value.strip().isdigit():
-                out[key] = int(value)
-    except OSError:
-        pass
-    return out
-
-
 class MemoryCgroup:
     """A child memory cgroup for one server process; `remove` it once the process has exited."""
 
@@ -167,7 +157,7 @@ class MemoryCgroup:
         return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
 
     def read(self) -> Reading:
-        stat = _stat(self.path / "memory.stat")
+        stat = read_stat(self.path / "memory.stat")
         rss = _rss(self.pid) if self.pid else None
         if self.version == 1:
             usage = int((self.path / "memory.usage_in_bytes").read_text())

@@ -54,7 +54,7 @@ class Meter:
         rss = self._process.memory_info().rss
         if self._dir is None:
             return Reading(billable=rss, source=self.source, anon=None, file=None, mapped=None, rss=rss)
-        stat = _stat(self._dir / "memory.stat")
+        stat = read_stat(self._dir / "memory.stat")
         if self._version == 2:
             current = int((self._dir / "memory.current").read_text())
             return Reading(current, self.source, stat.get("anon"), stat.get("file"), stat.get("file_mapped"), rss)
@@ -85,7 +85,8 @@ def _find(root: Path, proc: Path) -> tuple[Path | None, int]:
     return None, 0
 
 
-def _stat(path: Path) -> dict[str, int]:
+def read_stat(path: Path) -> dict[str, int]:
+    """The numeric ``key value`` lines of a cgroup ``memory.stat`` file; empty when unreadable."""
     out: dict[str, int] = {}
     try:
         for line in path.read_text().splitlines():
