@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         env.update({f"TTS_{k.upper()}": str(v) for k, v in flags.items()})
         settings = Settings.from_env(env)
     except SettingsError as exc:
-        print(f"invalid setting: {exc}", file=sys.stderr)
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        log.error("invalid setting: %s", exc)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limit_arenas(settings.malloc_arenas)
