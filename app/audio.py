@@ -54,7 +54,6 @@ class Encoder:
         self._started = False
         self._sink: _Sink | None = None
         self._file: Any = None
-        self._pcm_samples = 0
         if fmt in _SOUNDFILE:
             import soundfile
 
@@ -73,7 +72,6 @@ class Encoder:
             self._started = self._started or bool(out)
             return out
         out = to_int16(samples)
-        self._pcm_samples += len(samples)
         if self.format == "wav" and not self._started and self._streaming:
             out = wav_header(None) + out
         self._started = True
@@ -84,19 +82,19 @@ class Encoder:
         if self._file is not None and self._sink is not None:
             self._file.close()
             return self._sink.take()
-        if self.format == "wav" and not self._streaming:
-            return wav_header(self._pcm_samples)  # whole responses put this header first, see `whole`
-        if self.format == "wav" and not self._started:
+        if self.format == "wav" and self._streaming and not self._started:
             return wav_header(None)
         return b""
 
 
 def whole(fmt: str, chunks: list[npt.NDArray[np.float32]]) -> bytes:
     """A complete file in ``fmt`` with exact sizes in its headers."""
+    if fmt == "wav":
+        body = b"".join(to_int16(c) for c in chunks)
+        return wav_header(len(body) // 2) + body
     encoder = Encoder(fmt, streaming=False)
     body = b"".join(encoder.encode(c) for c in chunks)
-    tail = encoder.finish()
-    return tail + body if fmt == "wav" else body + tail
+    return body + encoder.finish()
 
 
 def _drop_tag_placeholder(data: bytes) -> bytes:

@@ -13,7 +13,7 @@ from app.metrics import Metrics
 from app.pool import StreamPool
 from app.runtime import Runtime
 from app.settings import Settings
-from app.sizing import CpuBudget, PoolShape, read_budget, shape_for
+from app.sizing import CpuBudget, PoolShape, shape_for
 from app.vocab import Vocab
 from app.voices import VoiceBank
 from lifecycle.manager import LifecycleManager
@@ -71,5 +71,3 @@ def _compile_cache(settings: Settings, model_path: Path) -> Path | None:
 def default_voice(settings: Settings, voices: VoiceBank) -> str:
     return settings.default_voice or voices.names[0]
 
-
-__all__ = ["Services", "build_engine", "default_voice", "read_budget"]

@@ -80,7 +80,6 @@ async def create_speech(request: Request) -> Response:
         svc.metrics.requests.labels("refused").inc()
         await stack.aclose()
         raise
-    encoder = audio.Encoder(speech.response_format, streaming=speech.stream)
     if not speech.stream:
         try:
             rest = [c async for c in chunks]
@@ -88,7 +87,8 @@ async def create_speech(request: Request) -> Response:
             await stack.aclose()
         _observe(svc, arrived, [first, *rest], first_audio_s=time.perf_counter() - arrived)
         body = audio.whole(speech.response_format, [first, *rest])
-        return Response(body, media_type=encoder.media_type)
+        return Response(body, media_type=audio.FORMATS[speech.response_format])
+    encoder = audio.Encoder(speech.response_format, streaming=True)
     return _ClosingStreamingResponse(
         _body(svc, stack, encoder, first, chunks, arrived),
         media_type=encoder.media_type,
