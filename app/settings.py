@@ -38,6 +38,9 @@ class Settings:
     """Inference runtime: ``openvino`` (default) or ``onnxruntime``."""
     model_path: Path | None = None
     """ONNX model file; unset means the embedded int8 Kokoro-82M assembled from PyPI packages."""
+    model_sha256: str = ""
+    """Expected sha256 of ``model_path``, checked at start-up (a mismatch is a start-up error naming
+    the file); empty skips the check. The embedded model is always checked against its published hash."""
     voices_path: Path | None = None
     """Voices file (``.npz`` or the official ``voices-v1.0.bin``); unset means the embedded voices."""
     cache_dir: Path = field(default_factory=_default_cache_dir)
@@ -54,6 +57,11 @@ class Settings:
     """Leave streams/threads to the runtime's own defaults (benchmark baseline), ``streams`` slots."""
     precision: str = "f32"
     """OpenVINO inference precision hint; f32 keeps the audio identical to the reference."""
+    shape_cache: int = 0
+    """OpenVINO's cache of per-input-shape kernels (``CPU_RUNTIME_CACHE_CAPACITY``, entries). Every
+    new input length adds to it: at OpenVINO's default (5000) memory grew by 10-20 MB per new length
+    without bound; at 0 it levels off (bounded by the longest chunk) for about 6 % less speed
+    (bench/results/soak-compare-20261129). -1 keeps OpenVINO's default."""
     queue_size: int = 0
     """Requests allowed to wait for a stream beyond those running; 0 means 2 × streams."""
     max_input_chars: int = 4096
@@ -108,6 +116,7 @@ class Settings:
             ("streams", self.streams >= 0, "0 (auto) or more"),
             ("threads_per_stream", self.threads_per_stream >= 0, "0 (auto) or more"),
             ("queue_size", self.queue_size >= 0, "0 (auto) or more"),
+            ("shape_cache", self.shape_cache >= -1, "-1 (OpenVINO's default), 0 (off) or more"),
             ("max_input_chars", self.max_input_chars > 0, "positive"),
             ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
@@ -115,6 +124,7 @@ class Settings:
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),
             ("malloc_arenas", self.malloc_arenas >= 0, "0 (glibc default) or more"),
+            ("model_sha256", self.model_sha256 == "" or _is_sha256(self.model_sha256), "64 hex digits or empty"),
         ]
         for name, ok, expected in checks:
             if not ok:
@@ -129,6 +139,10 @@ class Settings:
                 value = "set" if value else ""
             out[f.name] = str(value) if isinstance(value, Path) else value
         return out
+
+
+def _is_sha256(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text.lower())
 
 
 def _kind(f: dataclasses.Field[Any]) -> type:

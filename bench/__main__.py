@@ -3,6 +3,8 @@
 - ``run``: measure every configuration and write results.json, figures.json, report.md and plots.
 - ``report RUN``: rebuild figures, plots and report.md from RUN/results.json without measuring.
 - ``cost`` / ``autoscale``: the cost and autoscaling audit (bench/audit.py; ``cost --run RUN`` prices a run).
+- ``soak``: memory under shape churn, per ``TTS_SHAPE_CACHE`` value (bench/soak.py).
+- ``overload``: a server held at 4 × its capacity (bench/overload.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import audit, report, runner
+from bench import audit, overload, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -64,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--readme", action="store_true", help="print the headline table for the README instead")
     sub.add_parser("cost", help="cost audit (see python -m bench cost --help)", add_help=False)
     sub.add_parser("autoscale", help="autoscaling audit (see python -m bench autoscale --help)", add_help=False)
+    sub.add_parser("soak", help="memory under shape churn (see python -m bench soak --help)", add_help=False)
+    sub.add_parser("overload", help="4 x capacity for minutes (see python -m bench overload --help)", add_help=False)
     return parser
 
 
@@ -86,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("cost", "autoscale"):
         return audit.main(argv)
+    if argv and argv[0] == "soak":
+        return soak.main(argv[1:])
+    if argv and argv[0] == "overload":
+        return overload.main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -1,6 +1,7 @@
 """The server configurations the harness compares, all served by the same `app` code and front end.
 
-- ``ort-defaults`` / ``ov-defaults``: the runtime's own thread and stream defaults (``TTS_RUNTIME_DEFAULTS=1``),
+- ``ort-defaults`` / ``ov-defaults``: the runtime's own thread and stream defaults (``TTS_RUNTIME_DEFAULTS=1``)
+  and OpenVINO's own per-shape kernel cache size (``TTS_SHAPE_CACHE=-1``),
   as a server that never sized its runtime would run. Four requests may infer at once, as in the most used peer
   server (Kokoro-FastAPI's semaphore of four).
 - ``ort-sized``: ONNX Runtime with one session per stream, sized from the CPUs (the server's rule).
@@ -62,6 +63,8 @@ class ServerConfig:
             "TTS_STREAMS": str(self.streams),
             "TTS_THREADS_PER_STREAM": str(self.threads_per_stream),
             "TTS_RUNTIME_DEFAULTS": "1" if self.runtime_defaults else "0",
+            # The defaults baseline keeps OpenVINO's own per-shape kernel cache as well.
+            "TTS_SHAPE_CACHE": "-1" if self.runtime_defaults else "0",
             "TTS_COMPILE_CACHE": "1" if self.compile_cache else "0",
             "TTS_QUIET_WINDOW_S": str(quiet_window_s) if self.lifecycle else "0",
             # Deep enough that closed-loop clients are never refused: refusals are not throughput.

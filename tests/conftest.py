@@ -42,15 +42,19 @@ class LiveServer:
 
 
 @contextmanager
-def live_server(cache: Path, log_dir: Path, **settings: str) -> Iterator[LiveServer]:
-    """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards."""
+def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tuple[str, ...] = (),
+                **settings: str) -> Iterator[LiveServer]:
+    """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
+
+    ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
+    interpreter (a command that sets up a namespace, then execs it, keeping the pid)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
     env.update({"TTS_HOST": "127.0.0.1", "TTS_PORT": str(port), "TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
     log_path = log_dir / f"server-{port}.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "app"], cwd=ROOT, env=env, stdout=log, stderr=log)
+        process = subprocess.Popen([*prefix, sys.executable, "-m", module], cwd=ROOT, env=env, stdout=log, stderr=log)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
         wait_ready(server)

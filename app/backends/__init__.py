@@ -9,13 +9,13 @@ from app.sizing import PoolShape
 
 
 def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
-           cache_dir: Path | None, fallback_cache_dir: Path | None = None) -> Backend:
+           cache_dir: Path | None, fallback_cache_dir: Path | None = None, shape_cache: int = 0) -> Backend:
     """Build (but do not load) the backend called ``name``."""
     if name == "openvino":
         from app.backends.openvino import OpenVinoBackend
 
         return OpenVinoBackend(model_path, shape, runtime_defaults=runtime_defaults, precision=precision,
-                               cache_dir=cache_dir, fallback_cache_dir=fallback_cache_dir)
+                               cache_dir=cache_dir, fallback_cache_dir=fallback_cache_dir, shape_cache=shape_cache)
     if name == "onnxruntime":
         from app.backends.onnxruntime import OnnxRuntimeBackend
 

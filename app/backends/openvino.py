@@ -26,13 +26,14 @@ class OpenVinoBackend:
     name = "openvino"
 
     def __init__(self, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
-                 cache_dir: Path | None, fallback_cache_dir: Path | None = None) -> None:
+                 cache_dir: Path | None, fallback_cache_dir: Path | None = None, shape_cache: int = 0) -> None:
         self._model_path = model_path
         self._shape = shape
         self._runtime_defaults = runtime_defaults
         self._precision = precision
         self._cache_dir = cache_dir
         self._fallback_cache_dir = fallback_cache_dir
+        self._shape_cache = shape_cache
         self._core: Any = None
         self._compiled: Any = None
         self._requests: list[Any] = []
@@ -47,6 +48,9 @@ class OpenVinoBackend:
         # it breaks the duration predictor on some inputs ("Hello there." gave 0 samples or a
         # Broadcast shape error) and its flush-to-zero flags leak to later compiles: never set it.
         config = {"INFERENCE_PRECISION_HINT": self._precision}
+        if self._shape_cache >= 0:
+            # Not part of OpenVINO's cache key: a blob compiled with any value imports with any other.
+            config["CPU_RUNTIME_CACHE_CAPACITY"] = str(self._shape_cache)
         if not self._runtime_defaults:
             config["NUM_STREAMS"] = str(self._shape.streams)
             config["INFERENCE_NUM_THREADS"] = str(self._shape.threads)
@@ -56,12 +60,16 @@ class OpenVinoBackend:
         import openvino as ov
 
         start = time.perf_counter()
+        had_blobs = self._cache_dir is not None and any(self._cache_dir.glob("*.blob"))
         core, compiled = self._compile(ov)
         streams = int(compiled.get_property("NUM_STREAMS"))
         slots = self._shape.streams if self._runtime_defaults else streams
         self._requests = [compiled.create_infer_request() for _ in range(slots)]
         self._core, self._compiled = core, compiled
         from_cache = bool(_property(compiled, "LOADED_FROM_CACHE", False))
+        if not from_cache and had_blobs:
+            log.warning("the compile cache in %s held blobs but none could be imported (damaged, unreadable or "
+                        "stale): compiled again in %.1f s", self._cache_dir, time.perf_counter() - start)
         return Resolved(
             backend=self.name,
             slots=slots,

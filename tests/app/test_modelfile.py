@@ -16,13 +16,13 @@ from app.voices import VoiceBank
 
 
 def test_assembled_model_matches_the_published_hash(cache_dir: Path) -> None:
-    path = modelfile.resolve(None, cache_dir)
+    path = modelfile.resolve(None, [cache_dir / "models"])
     assert modelfile.sha256_of(path) == modelfile.expected_sha256()
     assert path.stat().st_size == 92_361_271
 
 
 def test_a_corrupted_model_is_assembled_again(tmp_path: Path, cache_dir: Path) -> None:
-    good = modelfile.resolve(None, cache_dir)
+    good = modelfile.resolve(None, [cache_dir / "models"])
     target = tmp_path / "models" / modelfile.EMBEDDED_NAME
     target.parent.mkdir()
     shutil.copyfile(good, target)
@@ -35,13 +35,30 @@ def test_a_corrupted_model_is_assembled_again(tmp_path: Path, cache_dir: Path) -
 
 def test_a_missing_model_path_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(modelfile.ModelFileError, match="nope.onnx"):
-        modelfile.resolve(tmp_path / "nope.onnx", tmp_path)
+        modelfile.resolve(tmp_path / "nope.onnx", [tmp_path])
+
+
+def test_a_model_with_the_wrong_checksum_is_refused_by_name(tmp_path: Path) -> None:
+    model = tmp_path / "mine.onnx"
+    model.write_bytes(b"not the model")
+    with pytest.raises(modelfile.ModelFileError, match=r"mine\.onnx has sha256 [0-9a-f]{64}, expected 0{64}"):
+        modelfile.resolve(model, [tmp_path], "0" * 64)
+    good = modelfile.sha256_of(model)
+    assert modelfile.resolve(model, [tmp_path], good.upper()) == model.resolve()
+
+
+def test_a_verified_model_in_a_read_only_directory_is_used_as_it_is(tmp_path: Path, cache_dir: Path) -> None:
+    models = cache_dir / "models"
+    modelfile.resolve(None, [models])
+    assert modelfile.verified(models)
+    assert modelfile.resolve(None, [models, tmp_path / "elsewhere"]) == (models / modelfile.EMBEDDED_NAME).resolve()
+    assert not (tmp_path / "elsewhere").exists()  # nothing assembled a second time
 
 
 def test_official_file_names_load_in_place_of_the_embedded_ones(tmp_path: Path, cache_dir: Path) -> None:
     """A deployment supplies kokoro-v1.0.onnx and voices-v1.0.bin; built here from what is installed."""
     model = tmp_path / "kokoro-v1.0.onnx"
-    shutil.copyfile(modelfile.resolve(None, cache_dir), model)
+    shutil.copyfile(modelfile.resolve(None, [cache_dir / "models"]), model)
     installed = VoiceBank.load(None)
     english = {"af_heart": installed.resolve("jf_alpha").style_for(510).repeat(510, axis=0)[:, None, :],
                "bf_emma": np.stack([installed.resolve("jm_kumo").style_for(n) for n in range(1, 511)])}

@@ -1,0 +1,233 @@
+"""Shape-churn soak: many requests over hundreds of distinct input lengths, memory sampled as they go.
+
+OpenVINO keeps kernels per input shape, and every distinct length is a new shape (of the token input,
+and of the audio frames the durations make). The soak starts one server per ``TTS_SHAPE_CACHE`` value
+(in a memory cgroup of its own), warms it with the longest input so that every buffer already has its
+largest size, then sends ``requests`` requests whose phoneme inputs cycle through ``lengths`` distinct
+lengths in a shuffled order, ``clients`` at a time. Billable memory and RSS are read every
+``sample_every`` requests. At the end it releases the state (the admin endpoint), reads the released
+figure, and speaks once more to prove the restore.
+
+``python -m bench soak --out bench/results/soak-<date>`` writes soak.json and soak.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import random
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import client, load, meter
+from bench.configs import ServerConfig
+from bench.server import Server
+
+MB = 1024 * 1024
+ADMIN_TOKEN = "soak-admin"
+PHONEMES = ("ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ, wˌIl ðə kəmˈɪti ɹəvjˈuz ɪts kwˈɔɹtəɹli bˈʌʤɪt; "
+            "ænd nˈObədi ɪn ðə bˈɪldɪŋ sˈimz tə nˈOtɪs ðə ɹˈAn ðæt hæz bˌɪn fˈɔlɪŋ sˈɪns ˈɜɹli ðɪs mˈɔɹnɪŋ. ")
+"""A phonemized passage (misaki's alphabet) cut to each length: no G2P cost in the client or the server."""
+
+
+@dataclass(frozen=True)
+class SoakOptions:
+    out: Path
+    cache_dir: Path
+    requests: int = 2000
+    lengths: int = 200
+    """Distinct input lengths, in phoneme tokens: ``min_tokens`` … ``min_tokens + lengths - 1``."""
+    min_tokens: int = 5
+    clients: int = 2
+    speed: float = 2.0
+    """Speaking speed of every request: 2 halves the audio (and the time) of each request while keeping
+    the shapes distinct."""
+    sample_every: int = 50
+    shape_caches: tuple[int, ...] = (0, -1)
+    streams: int = 0
+    threads_per_stream: int = 0
+    seed: int = 7
+
+
+@dataclass
+class SoakResult:
+    shape_cache: int
+    series: list[dict[str, float]] = field(default_factory=list)
+    """``{"requests", "billable_mb", "rss_mb"}`` every ``sample_every`` requests (0 = after the warm-up)."""
+    errors: list[str] = field(default_factory=list)
+    audio_s: float = 0.0
+    server_cpu_s: float = 0.0
+    wall_s: float = 0.0
+    released_mb: float = 0.0
+    restored_ok: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        billable = [s["billable_mb"] for s in self.series]
+        half = billable[len(billable) // 2] if billable else 0.0
+        return {
+            "shape_cache": self.shape_cache,
+            "requests": self.series[-1]["requests"] if self.series else 0,
+            "errors": len(self.errors),
+            "after_warmup_mb": billable[0] if billable else None,
+            "halfway_mb": half,
+            "final_mb": billable[-1] if billable else None,
+            "peak_mb": max(billable) if billable else None,
+            "second_half_growth_pct": round(100 * (max(billable[len(billable) // 2:]) / half - 1), 1) if half else None,
+            "released_mb": self.released_mb,
+            "restored_ok": self.restored_ok,
+            "efficiency": round(self.audio_s / self.server_cpu_s, 3) if self.server_cpu_s else None,
+            "wall_s": round(self.wall_s, 1),
+        }
+
+
+def phonemes_of(tokens: int) -> str:
+    """A phoneme input of exactly ``tokens`` characters (each one token), never ending in a space."""
+    text = (PHONEMES * (tokens // len(PHONEMES) + 2))[:tokens]
+    return text[:-1] + "ə" if text.endswith(" ") else text
+
+
+def schedule(options: SoakOptions) -> list[int]:
+    """Token lengths, request by request: every length once per pass, each pass shuffled."""
+    lengths = list(range(options.min_tokens, options.min_tokens + options.lengths))
+    rng = random.Random(options.seed)
+    order: list[int] = []
+    while len(order) < options.requests:
+        rng.shuffle(lengths)
+        order.extend(lengths)
+    return order[:options.requests]
+
+
+def _speak(http: httpx.Client, url: str, tokens: int, speed: float) -> int:
+    response = http.post(f"{url}/v1/audio/speech", json={
+        "input": phonemes_of(tokens), "input_format": "phonemes", "voice": "jf_alpha", "response_format": "pcm",
+        "speed": speed, "stream": False})
+    if response.status_code != 200:
+        raise client.RequestFailed(f"{tokens} tokens: HTTP {response.status_code} {response.text[:200]}")
+    return len(response.content)
+
+
+def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> SoakResult:
+    config = ServerConfig(name=f"soak-cache{shape_cache}", title="soak", backend="openvino", kind="complete",
+                          streams=options.streams, threads_per_stream=options.threads_per_stream,
+                          compile_cache=True, lifecycle=False)
+    settings = config.env(quiet_window_s=0.0, queue_size=64)
+    settings.update({"TTS_SHAPE_CACHE": str(shape_cache), "TTS_ADMIN_TOKEN": ADMIN_TOKEN,
+                     "TTS_CACHE_DIR": str(options.cache_dir)})
+    result = SoakResult(shape_cache)
+    order = schedule(options)
+    # Every server reads the model and the compile cache from disk into its own cgroup, not the previous one's.
+    meter.evict(meter.files_under(options.cache_dir))
+    with Server(config, settings, options.out / "logs" / f"{config.name}.log") as server:
+        server.wait_ready()
+        with httpx.Client(timeout=300) as http:
+            _speak(http, server.url, options.min_tokens + options.lengths - 1, options.speed)  # largest buffers first
+
+        def sample(done: int) -> None:
+            reading = server.meter.read()
+            result.series.append({"requests": done, "billable_mb": round(reading.billable / MB, 1),
+                                  "rss_mb": round((reading.rss or 0) / MB, 1)})
+            if progress:
+                print(f"[soak cache={shape_cache}] {done}/{len(order)} requests, billable "
+                      f"{reading.billable / MB:.0f} MB", file=sys.stderr, flush=True)
+
+        sample(0)
+        cpu_before = load.cpu_seconds(server.pid)
+        started = time.perf_counter()
+        lock = threading.Lock()
+        done = 0
+        audio_bytes = 0
+        local = threading.local()
+
+        def one(tokens: int) -> None:
+            nonlocal done, audio_bytes
+            http = getattr(local, "http", None)
+            if http is None:
+                http = local.http = httpx.Client(timeout=300)
+            try:
+                size = _speak(http, server.url, tokens, options.speed)
+            except (httpx.HTTPError, client.RequestFailed) as exc:
+                with lock:
+                    result.errors.append(str(exc)[:300])
+                size = 0
+            with lock:
+                done += 1
+                audio_bytes += size
+                if done % options.sample_every == 0:
+                    sample(done)
+
+        with concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
+            list(pool.map(one, order))
+        result.wall_s = time.perf_counter() - started
+        result.server_cpu_s = load.cpu_seconds(server.pid) - cpu_before
+        result.audio_s = audio_bytes / 2 / 24000
+        if done % options.sample_every:
+            sample(done)
+        client.release(server.url, ADMIN_TOKEN)
+        time.sleep(1.0)
+        result.released_mb = round(server.meter.read().billable / MB, 1)
+        with httpx.Client(timeout=300) as http:
+            result.restored_ok = _speak(http, server.url, 40, options.speed) > 0
+    return result
+
+
+def run(options: SoakOptions, progress: bool = True) -> dict[str, Any]:
+    options.out.mkdir(parents=True, exist_ok=True)
+    results = [soak_one(options, cache, progress) for cache in options.shape_caches]
+    record = {
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.__dict__.items()},
+        "results": [{**r.summary(), "series": r.series, "error_samples": r.errors[:5]} for r in results],
+    }
+    (options.out / "soak.json").write_text(json.dumps(record, indent=2) + "\n")
+    (options.out / "soak.md").write_text(render(record))
+    return record
+
+
+def render(record: dict[str, Any]) -> str:
+    o = record["options"]
+    lines = [
+        "# Shape-churn soak", "",
+        f"{o['requests']} requests, {o['lengths']} distinct input lengths ({o['min_tokens']}–"
+        f"{o['min_tokens'] + o['lengths'] - 1} phoneme tokens, speed {o['speed']}), {o['clients']} clients, "
+        "after a warm-up with the longest input; billable memory from the server's own memory cgroup.", "",
+        "| TTS_SHAPE_CACHE | errors | after warm-up MB | halfway MB | final MB | peak MB | 2nd-half growth "
+        "| released MB | restore ok | audio-s / CPU-s | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in record["results"]:
+        lines.append(f"| {r['shape_cache']} | {r['errors']} | {r['after_warmup_mb']} | {r['halfway_mb']} | "
+                     f"{r['final_mb']} | {r['peak_mb']} | {r['second_half_growth_pct']} % | {r['released_mb']} | "
+                     f"{r['restored_ok']} | {r['efficiency']} | {r['wall_s']} |")
+    lines += ["", "Series (requests: billable MB):", ""]
+    for r in record["results"]:
+        points = ", ".join(f"{int(s['requests'])}: {s['billable_mb']:.0f}" for s in r["series"])
+        lines.append(f"- `TTS_SHAPE_CACHE={r['shape_cache']}`: {points}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    defaults = SoakOptions(out=Path(), cache_dir=Path())
+    parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    parser.add_argument("--requests", type=int, default=defaults.requests)
+    parser.add_argument("--lengths", type=int, default=defaults.lengths)
+    parser.add_argument("--clients", type=int, default=defaults.clients)
+    parser.add_argument("--speed", type=float, default=defaults.speed)
+    parser.add_argument("--sample-every", type=int, default=defaults.sample_every)
+    parser.add_argument("--shape-caches", default=",".join(map(str, defaults.shape_caches)),
+                        help="TTS_SHAPE_CACHE values to soak, one server each (default 0,-1)")
+    args = parser.parse_args(argv)
+    options = SoakOptions(out=args.out, cache_dir=args.cache_dir, requests=args.requests, lengths=args.lengths,
+                          clients=args.clients, speed=args.speed, sample_every=args.sample_every,
+                          shape_caches=tuple(int(v) for v in args.shape_caches.split(",")))
+    record = run(options)
+    print(render(record))
+    return 0 if all(r["errors"] == 0 and r["restored_ok"] for r in record["results"]) else 1

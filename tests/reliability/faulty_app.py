@@ -1,0 +1,33 @@
+"""``python -m app`` with faults injected into OpenVINO's ``infer``, chosen by the request's speed.
+
+- speed 1.5: every inference fails (the first chunk fails: the error comes before the response starts);
+- speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
+- speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
+Any other speed runs normally. The tests start it as ``python -m tests.reliability.faulty_app``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from app.backends.openvino import OpenVinoBackend
+
+_real_infer = OpenVinoBackend.infer
+
+
+def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, speed: float) -> Any:
+    if speed == 1.5 or (speed == 1.25 and tokens.shape[1] > 40):
+        raise RuntimeError(f"injected fault on slot {slot}")
+    if speed == 1.75:
+        time.sleep(3)
+    return _real_infer(self, slot, tokens, style, speed)
+
+
+OpenVinoBackend.infer = _faulty_infer  # type: ignore[method-assign]
+
+if __name__ == "__main__":
+    from app.__main__ import main
+
+    sys.exit(main())

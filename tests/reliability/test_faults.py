@@ -1,0 +1,226 @@
+"""Faults: each leaves the server serving, or makes it exit cleanly, and the log or the response says why.
+
+Inference errors are injected by ``tests/reliability/faulty_app.py`` (chosen by the request's speed).
+Read-only and full file systems are real: the server runs in a mount namespace of its own
+(``unshare -rm``) where the cache directory is a read-only bind mount or a small tmpfs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app import modelfile
+from tests.conftest import ROOT, LiveServer, live_server
+
+TEXT = "A fault elsewhere must not touch this sentence."
+TWO_CHUNKS = "Short one. This second sentence is long enough to go well over forty phoneme tokens, surely."
+
+
+def post(server: LiveServer, text: str = TEXT, speed: float = 1.0) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
+                      json={"input": text, "voice": "jf_alpha", "response_format": "pcm", "speed": speed})
+
+
+def speak(server: LiveServer, text: str = TEXT) -> bytes:
+    response = post(server, text)
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def can_unshare() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+needs_unshare = pytest.mark.skipif(not can_unshare(), reason="needs unprivileged user and mount namespaces")
+
+
+def in_namespace(setup: str) -> tuple[str, ...]:
+    """A command prefix: run ``setup`` as root of a new user and mount namespace, then exec the server."""
+    return ("unshare", "-rm", "sh", "-c", f'{setup} && exec "$@"', "sh")
+
+
+@pytest.fixture(scope="module")
+def faulty(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), module="tests.reliability.faulty_app", streams="1",
+                     queue_size="2", quiet_window_s="0") as s:
+        yield s
+
+
+def test_an_inference_error_fails_only_that_request_and_the_slot_serves_again(faulty: LiveServer) -> None:
+    expected = speak(faulty)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        failing = pool.submit(post, faulty, TEXT, 1.5)
+        healthy = pool.submit(post, faulty, TEXT)
+        failed, served = failing.result(), healthy.result()
+    assert failed.status_code == 500
+    assert failed.json()["error"]["type"] == "server_error"
+    assert "inference failed" in failed.json()["error"]["message"]
+    assert served.status_code == 200 and served.content == expected
+    assert speak(faulty) == expected  # the one stream that failed serves again
+    assert "injected fault on slot 0" in faulty.log()
+
+
+def test_an_inference_error_mid_stream_cuts_only_that_stream_visibly(faulty: LiveServer) -> None:
+    expected = speak(faulty)
+    with httpx.stream("POST", f"{faulty.url}/v1/audio/speech", timeout=120, json={
+            "input": TWO_CHUNKS, "voice": "jf_alpha", "response_format": "pcm", "speed": 1.25}) as response:
+        assert response.status_code == 200  # the first chunk was fine, so the response had started
+        received = 0
+        # No silent truncation: the chunked body never gets its last chunk, and the client can tell.
+        with pytest.raises(httpx.RemoteProtocolError):
+            for chunk in response.iter_raw():
+                received += len(chunk)
+    assert received > 0
+    assert speak(faulty) == expected
+    assert httpx.get(f"{faulty.url}/v1/lifecycle", timeout=10).json()["in_flight"] == 0
+
+
+def test_a_slow_reader_gets_all_its_audio_and_holds_up_nobody(faulty: LiveServer) -> None:
+    long_text = " ".join(f"Sentence {i} is read by a very slow client." for i in range(6))
+    expected_long = len(speak(faulty, long_text))
+    expected = speak(faulty)
+    received = 0
+    with httpx.stream("POST", f"{faulty.url}/v1/audio/speech", timeout=120, json={
+            "input": long_text, "voice": "jf_alpha", "response_format": "pcm"}) as response:
+        chunks = response.iter_raw(4096)
+        received += len(next(chunks))
+        started = time.monotonic()
+        assert speak(faulty) == expected  # served while the slow reader sits on its stream
+        assert time.monotonic() - started < 60
+        for chunk in chunks:
+            received += len(chunk)
+            time.sleep(0.002)
+    assert received == expected_long
+
+
+def test_sigterm_during_a_restore_finishes_the_request_then_exits_zero(cache_dir: Path, tmp_path: Path) -> None:
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", restore_bridge="0", admin_token="t",
+                     shutdown_grace_s="60") as server:
+        expected = speak(server)
+        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers={"Authorization": "Bearer t"},
+                          timeout=60).status_code == 200
+        result: dict[str, httpx.Response] = {}
+        request = threading.Thread(target=lambda: result.update(r=post(server)))
+        request.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()["state"] != "restoring":
+            assert time.monotonic() < deadline, "the restore never started"
+            time.sleep(0.02)
+        server.process.send_signal(signal.SIGTERM)
+        request.join(120)
+        assert result["r"].status_code == 200 and result["r"].content == expected
+        assert server.process.wait(60) == 0
+        assert "draining" in server.log()
+
+
+def test_a_missing_model_file_stops_the_start_naming_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "gone" / "model.onnx"
+    out = start_and_fail(tmp_path, TTS_MODEL_PATH=str(missing))
+    assert str(missing) in out and "does not exist" in out
+
+
+def test_a_model_with_the_wrong_checksum_stops_the_start_naming_the_file(tmp_path: Path, cache_dir: Path) -> None:
+    model = tmp_path / "model.onnx"
+    shutil.copyfile(modelfile.resolve(None, [cache_dir / "models"]), model)
+    out = start_and_fail(tmp_path, TTS_MODEL_PATH=str(model), TTS_MODEL_SHA256="ab" * 32)
+    assert str(model) in out and "expected " + "ab" * 32 in out
+
+
+def start_and_fail(tmp_path: Path, **env: str) -> str:
+    """Run ``python -m app``: it must exit non-zero in good time; returns what it printed."""
+    import os
+
+    full = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    full.update({"TTS_CACHE_DIR": str(tmp_path / "cache"), "TTS_PORT": "0", **env})
+    done = subprocess.run([sys.executable, "-m", "app"], cwd=ROOT, env=full, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    return done.stdout + done.stderr
+
+
+def blob(cache: Path) -> Path:
+    return max((cache / "openvino").rglob("*.blob"), key=lambda p: p.stat().st_size)
+
+
+def populated_copy(cache_dir: Path, target: Path) -> tuple[Path, str]:
+    """A copy of the shared compile cache, and the model path to start with so that it matches.
+
+    OpenVINO's blob names hash the model's path: the server must load the very file the blobs were
+    compiled from (``TTS_MODEL_PATH``), not a copy of it."""
+    model = cache_dir / "models" / modelfile.EMBEDDED_NAME
+    assert model.is_file()
+    shutil.copytree(cache_dir / "openvino", target / "openvino", copy_function=shutil.copy2)
+    return target, str(model)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "unreadable"])
+def test_a_damaged_compile_cache_is_rebuilt_and_the_server_serves(damage: str, cache_dir: Path, tmp_path: Path,
+                                                                   server: LiveServer) -> None:
+    cache, model = populated_copy(cache_dir, tmp_path / "cache")
+    victim = blob(cache)
+    size = victim.stat().st_size
+    victim.unlink()
+    if damage == "garbage":
+        victim.write_bytes(b"\x5a" * size)
+    else:
+        victim.mkdir()  # cannot be opened as a file, whoever the server runs as
+    with live_server(cache, tmp_path, quiet_window_s="0", model_path=model) as damaged:
+        assert speak(damaged) == speak(server)
+        assert "held blobs but none could be imported" in damaged.log()
+
+
+@needs_unshare
+def test_a_read_only_cache_with_a_compiled_model_serves_without_writing(cache_dir: Path, tmp_path: Path,
+                                                                         server: LiveServer) -> None:
+    cache, model = populated_copy(cache_dir, tmp_path / "cache")
+    before = sorted(str(p) for p in cache.rglob("*"))
+    setup = f"mount --bind {shlex.quote(str(cache))} {shlex.quote(str(cache))} && " \
+            f"mount -o remount,ro,bind {shlex.quote(str(cache))}"
+    with live_server(cache, tmp_path, prefix=in_namespace(setup), quiet_window_s="0", model_path=model) as readonly:
+        assert speak(readonly) == speak(server)
+        info = httpx.get(f"{readonly.url}/v1/info", timeout=10).json()
+        assert info["resolved"]["from_cache"] is True
+        assert "not writable" in readonly.log()
+    assert sorted(str(p) for p in cache.rglob("*")) == before
+
+
+@needs_unshare
+def test_an_empty_read_only_cache_dir_falls_back_to_a_private_temporary_one(tmp_path: Path,
+                                                                              server: LiveServer) -> None:
+    cache, scratch = tmp_path / "cache", tmp_path / "scratch"
+    cache.mkdir()
+    scratch.mkdir()
+    setup = f"mount --bind {shlex.quote(str(cache))} {shlex.quote(str(cache))} && " \
+            f"mount -o remount,ro,bind {shlex.quote(str(cache))} && export TMPDIR={shlex.quote(str(scratch))}"
+    with live_server(cache, tmp_path, prefix=in_namespace(setup), quiet_window_s="0", compile_cache="0") as fallback:
+        assert speak(fallback) == speak(server)
+        assert f"writing to {scratch}" in fallback.log()
+    assert not list(cache.iterdir())
+    assert any(scratch.rglob(modelfile.EMBEDDED_NAME))
+
+
+@needs_unshare
+def test_a_full_disk_while_writing_the_compile_cache_still_serves(cache_dir: Path, tmp_path: Path,
+                                                                  server: LiveServer) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    models = cache_dir / "models"
+    # Room for the model (92 MB) but not for the compiled blob (over 300 MB): the write fails with ENOSPC.
+    setup = (f"mount -t tmpfs -o size=120m tmpfs {shlex.quote(str(cache))} && mkdir {shlex.quote(str(cache))}/models"
+             f" && cp -p {shlex.quote(str(models))}/{modelfile.EMBEDDED_NAME}* {shlex.quote(str(cache))}/models/")
+    with live_server(cache, tmp_path, prefix=in_namespace(setup), quiet_window_s="0") as full:
+        assert speak(full) == speak(server)
+        assert httpx.get(f"{full.url}/readyz", timeout=10).status_code == 200

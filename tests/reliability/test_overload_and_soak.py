@@ -1,0 +1,47 @@
+"""Overload and shape churn, short versions of ``python -m bench overload`` and ``python -m bench soak``
+(their recorded long runs are in bench/results/)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import overload, soak
+from tests.conftest import LiveServer, live_server
+
+
+@pytest.fixture(scope="module")
+def small_pool(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One stream, one waiting place: capacity 2, so 8 clients are 4 × its capacity."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", queue_size="1",
+                     quiet_window_s="0") as s:
+        yield s
+
+
+def test_four_times_capacity_loses_nothing_and_refuses_quickly(small_pool: LiveServer) -> None:
+    result = overload.run(small_pool.url, duration_s=15, factor=4)
+    summary = result.summary()
+    assert summary["clients"] == 8 and summary["capacity"] == 2
+    assert summary["admitted"] >= 3 and summary["refused"] >= 5
+    assert summary["server_errors"] == 0 and summary["other_status"] == [] and summary["transport_errors"] == 0
+    assert summary["short_audio"] == 0  # every admitted request brought exactly its solo run's bytes
+    assert summary["refused_without_retry_after"] == 0
+    assert summary["refusal_p99_s"] < 2.0  # refusals never wait for a stream
+    # Admitted requests wait for at most the one ahead of them: bounded by a few solo durations.
+    assert summary["admitted_total_max_s"] < 60
+    assert summary["healthy_after"] and summary["same_audio_after"]
+
+
+def test_memory_levels_off_under_shape_churn_and_a_release_brings_it_back(cache_dir: Path, tmp_path: Path) -> None:
+    options = soak.SoakOptions(out=tmp_path, cache_dir=cache_dir, requests=40, lengths=40, speed=4.0,
+                               sample_every=10, shape_caches=(0,))
+    result = soak.soak_one(options, 0, progress=False)
+    summary = result.summary()
+    assert summary["errors"] == 0, result.errors[:3]
+    assert summary["requests"] == 40
+    # 40 new input lengths after the warm-up: at OpenVINO's default cache each added 10-20 MB.
+    assert summary["second_half_growth_pct"] < 5, result.series
+    assert summary["released_mb"] < 0.5 * summary["peak_mb"]
+    assert summary["restored_ok"]
