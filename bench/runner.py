@@ -96,7 +96,7 @@ class Options:
 def quick_options(out: Path, cache_dir: Path, command: str = "") -> Options:
     """A few minutes: two configurations, a corpus subset, short windows, few cycles."""
     return Options(out=out, cache_dir=cache_dir, configs=(REFERENCE, "complete"), clients=(1, 2), ramp_s=2.0,
-                   window_s=6.0, idle_s=8.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
+                   window_s=10.0, idle_s=6.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
                    items=("s1", "m1"), drain_s=4.0, ceiling_1x1=False, memory_interval_s=1.0, quick=True,
                    command=command)
 
