@@ -41,7 +41,9 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     docs = {name: text for name, _, text in documented()}
     for f in dataclasses.fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, dest=f.name, default=None, help=docs.get(f"TTS_{f.name.upper()}", ""))
+        # argparse treats "%" in help as a format: the docs say "6 %" and the like.
+        parser.add_argument(flag, dest=f.name, default=None,
+                            help=docs.get(f"TTS_{f.name.upper()}", "").replace("%", "%%"))
     return {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
 
 

@@ -46,6 +46,13 @@ def test_flags_map_onto_setting_names() -> None:
     assert parse_args(["--port", "9", "--quiet-window-s", "3"]) == {"port": "9", "quiet_window_s": "3"}
 
 
+def test_help_lists_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--help"])
+    assert exit_.value.code == 0
+    assert "--shape-cache" in capsys.readouterr().out
+
+
 def test_every_setting_is_documented_in_the_readme() -> None:
     readme = README.read_text()
     for name, _, description in documented():
