@@ -41,17 +41,10 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     writable = cachedir.writable(settings.cache_dir)
     # A read-only cache directory may still hold an assembled model: use it rather than assemble another.
-    models = [settings.cache_dir / "models", writable / "models"] if writable != settings.cache_dir else [
-        writable / "models"]
+    models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
     model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
     cache = _compile_cache(settings, model_path, writable)
     fallback = writable / "openvino" / cache.name if cache else None
-    if cache is not None and writable != settings.cache_dir:
-        # What a read-only cache directory already compiled is imported from there; when OpenVINO
-        # cannot use it, the backend compiles into the writable fallback.
-        readonly = settings.cache_dir / "openvino" / cache.name
-        if readonly.is_dir() and cache == fallback:
-            cache = readonly
     backend = backends.create(settings.backend, model_path, shape, runtime_defaults=settings.runtime_defaults,
                               precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
                               shape_cache=settings.shape_cache)
@@ -68,13 +61,19 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
 
 
 def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:
-    """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one."""
+    """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one
+    (or, when the configured cache directory is read-only, what it already holds)."""
     if not settings.compile_cache or settings.backend != "openvino":
         return None
     from app import compile_cache
 
     digest = modelfile.expected_sha256() if settings.model_path is None else None
     directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest)
+    readonly = settings.cache_dir / "openvino" / directory.name
+    if writable != settings.cache_dir and directory.parent == writable / "openvino" and readonly.is_dir():
+        # What a read-only cache directory already compiled is imported from there; when OpenVINO
+        # cannot use it, the backend compiles into the writable fallback.
+        directory, why = readonly, f"{why}; importing what the read-only {readonly} holds first"
     log.info("compile cache: %s", why)
     return directory
 

@@ -2,11 +2,11 @@
 
 OpenVINO keeps kernels per input shape, and every distinct length is a new shape (of the token input,
 and of the audio frames the durations make). The soak starts one server per ``TTS_SHAPE_CACHE`` value
-(in a memory cgroup of its own), warms it with the longest input so that every buffer already has its
-largest size, then sends ``requests`` requests whose phoneme inputs cycle through ``lengths`` distinct
-lengths in a shuffled order, ``clients`` at a time. Billable memory and RSS are read every
-``sample_every`` requests. At the end it releases the state (the admin endpoint), reads the released
-figure, and speaks once more to prove the restore.
+(in a memory cgroup of its own), warms it with the longest input, ``clients`` at once so that every
+stream's buffers already have their largest size, then sends ``requests`` requests whose phoneme inputs
+cycle through ``lengths`` distinct lengths in a shuffled order, ``clients`` at a time. Billable memory
+and RSS are read every ``sample_every`` requests. At the end it releases the state (the admin endpoint),
+reads the released figure, and speaks once more to prove the restore.
 
 ``python -m bench soak --out bench/results/soak-<date>`` writes soak.json and soak.md.
 """
@@ -126,8 +126,10 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
     meter.evict(meter.files_under(options.cache_dir))
     with Server(config, settings, options.out / "logs" / f"{config.name}.log") as server:
         server.wait_ready()
-        with httpx.Client(timeout=300) as http:
-            _speak(http, server.url, options.min_tokens + options.lengths - 1, options.speed)  # largest buffers first
+        # Largest buffers first, on every stream: as many longest requests at once as there are clients.
+        longest = options.min_tokens + options.lengths - 1
+        with httpx.Client(timeout=300) as http, concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
+            list(pool.map(lambda _: _speak(http, server.url, longest, options.speed), range(options.clients)))
 
         def sample(done: int) -> None:
             reading = server.meter.read()
@@ -143,13 +145,9 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
         lock = threading.Lock()
         done = 0
         audio_bytes = 0
-        local = threading.local()
 
-        def one(tokens: int) -> None:
+        def one(http: httpx.Client, tokens: int) -> None:
             nonlocal done, audio_bytes
-            http = getattr(local, "http", None)
-            if http is None:
-                http = local.http = httpx.Client(timeout=300)
             try:
                 size = _speak(http, server.url, tokens, options.speed)
             except (httpx.HTTPError, client.RequestFailed) as exc:
@@ -162,8 +160,9 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
                 if done % options.sample_every == 0:
                     sample(done)
 
-        with concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
-            list(pool.map(one, order))
+        # One client for all threads (httpx.Client is thread-safe), ``clients`` requests at a time.
+        with httpx.Client(timeout=300) as http, concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
+            list(pool.map(lambda tokens: one(http, tokens), order))
         result.wall_s = time.perf_counter() - started
         result.server_cpu_s = load.cpu_seconds(server.pid) - cpu_before
         result.audio_s = audio_bytes / 2 / 24000
