@@ -26,6 +26,7 @@ from app.backends.base import Resolved
 from app.errors import InferenceFailed, InvalidInput
 from app.frontend import Frontend
 from app.pool import StreamPool
+from app.process_runtime import ProcessRuntime
 from app.runtime import Runtime
 from app.vocab import Vocab
 from app.voices import Voice, VoiceBank
@@ -46,8 +47,8 @@ class Plan:
 
 
 class Engine:
-    def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank, vocab: Vocab, *,
-                 default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
+    def __init__(self, runtime: Runtime | ProcessRuntime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
+                 vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool) -> None:
         self.runtime = runtime
         self.pool = pool
@@ -122,7 +123,7 @@ class Engine:
                 frontend.start()
             try:
                 if not self.runtime.loaded:
-                    bridged = self._restores > 0 and self.runtime.bridge is not None
+                    bridged = self._restores > 0 and self.runtime.has_bridge
                     loaded = self.runtime.load_bridged() if bridged else self.runtime.load_primary()
                     timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
                     log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
@@ -134,6 +135,10 @@ class Engine:
             timings["total_s"] = time.perf_counter() - start
             self._restores += 1
             return timings
+
+    def intact(self) -> bool:
+        """False when the inference state vanished on its own (the inference process died)."""
+        return self.runtime.intact()
 
     def release(self) -> None:
         with self._state_lock:

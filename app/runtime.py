@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,12 @@ class Runtime:
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self.load_error: str | None = None
+        self.on_primary: Callable[[Resolved], None] | None = None
+        """Called (from the loader thread) when the primary takes over from the bridge."""
+
+    @property
+    def has_bridge(self) -> bool:
+        return self.bridge is not None
 
     @property
     def loaded(self) -> bool:
@@ -93,18 +100,25 @@ class Runtime:
             self._active = self.primary
             idle_bridge = self.bridge is not None and self._users[id(self.bridge)] == 0
         log.info("primary backend took over from the bridge after %.2f s", resolved.load_s)
+        if self.on_primary is not None:
+            self.on_primary(resolved)
         if idle_bridge and self.bridge is not None:
             self.bridge.unload()
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
+        return self.infer_named(slot, tokens, style, speed)[0]
+
+    def infer_named(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> tuple[npt.NDArray[np.float32], str]:
+        """The audio, and the name of the backend that made it."""
         with self._lock:
             backend = self._active
             if backend is None:
                 raise RuntimeError("no backend is loaded")
             self._users[id(backend)] += 1
         try:
-            return backend.infer(slot, tokens, style, speed)
+            return backend.infer(slot, tokens, style, speed), backend.name
         finally:
             with self._lock:
                 self._users[id(backend)] -= 1
@@ -112,6 +126,10 @@ class Runtime:
                 drop = backend is self.bridge and self._active is not backend and self._users[id(backend)] == 0
             if drop:
                 backend.unload()
+
+    def intact(self) -> bool:
+        """In process, loaded state cannot vanish on its own (see `app.process_runtime`)."""
+        return True
 
     def unload(self) -> None:
         """Drop everything; waits for a background load first."""

@@ -9,8 +9,10 @@ from pathlib import Path
 from app import backends, cachedir, modelfile
 from app.engine import Engine
 from app.frontend import Frontend
+from app.inference_process import Spec
 from app.metrics import Metrics
 from app.pool import StreamPool
+from app.process_runtime import ProcessRuntime
 from app.runtime import Runtime
 from app.settings import Settings
 from app.sizing import CpuBudget, PoolShape, shape_for
@@ -43,21 +45,30 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     # A read-only cache directory may still hold an assembled model: use it rather than assemble another.
     models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
     model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
-    cache = _compile_cache(settings, model_path, writable)
-    fallback = writable / "openvino" / cache.name if cache else None
-    backend = backends.create(settings.backend, model_path, shape, runtime_defaults=settings.runtime_defaults,
-                              precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
-                              shape_cache=settings.shape_cache)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
-    use_bridge = settings.restore_bridge and settings.backend == "openvino"
-    runtime = Runtime(backend, backends.bridge(model_path, shape) if use_bridge else None)
+    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
+    runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
     engine = Engine(runtime, StreamPool(shape.streams, queue), Frontend(), voices, Vocab.embedded(),
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape
+
+
+def build_runtime(spec: Spec) -> Runtime:
+    """The backends, unloaded: run by the inference process, or by the server itself when
+    ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
+    settings = spec.settings
+    cache = _compile_cache(settings, spec.model_path, spec.writable)
+    fallback = spec.writable / "openvino" / cache.name if cache else None
+    backend = backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=settings.runtime_defaults,
+                              precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
+                              shape_cache=settings.shape_cache)
+    bridge = (backends.bridge(spec.model_path, spec.shape, spec.writable / "onnxruntime")
+              if spec.has_bridge else None)
+    return Runtime(backend, bridge)
 
 
 def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:

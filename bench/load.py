@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 from bench import corpus as corpus_mod
 
@@ -132,10 +133,25 @@ def covered_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: float
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of ``pid`` (fields 14 and 15 of /proc/<pid>/stat)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of ``pid`` and everything it started: utime + stime of every thread (fields 14 and
+    15 of /proc/<pid>/stat) plus cutime + cstime (children it has waited for: an inference
+    process ended by a release), over the process and its living descendants (a running one)."""
+    total = 0
+    for member in [pid, *_descendants(pid)]:
+        try:
+            text = Path(f"/proc/{member}/stat").read_text()
+        except OSError:
+            continue  # ended between the listing and the read: its time is in the parent's cutime
+        fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
+        total += sum(int(f) for f in fields[11:15])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 @dataclass

@@ -11,7 +11,8 @@ Shared libraries cannot be evicted while any other process maps them (the runner
 and tools map the runtimes), so their pages stay charged elsewhere. In a fresh container they would be the
 server's, so the billable figure adds them back: the file pages the server has resident (``RssFile`` in
 ``/proc/<pid>/status``) less the mapped file pages its own group was charged for (``mapped_file``). The raw
-cgroup usage is kept next to it (``cgroup``).
+cgroup usage is kept next to it (``cgroup``). The server's process tree counts (it runs the model in a child
+process): a library page mapped by both is counted twice, so the correction errs high while both run.
 
 Where no cgroup can be made (not root, read-only mount, cgroup v2 without the memory controller delegated),
 `RssMeter` reads the process's RSS instead and every figure says so: RSS leaves out page cache.
@@ -99,22 +100,36 @@ def _own_memory_cgroup(root: Path) -> tuple[Path, int] | None:
     return None
 
 
-def _rss(pid: int) -> int | None:
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its living descendants (the server and its inference process)."""
     try:
-        return int(psutil.Process(pid).memory_info().rss)
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
     except psutil.Error:
-        return None
+        return [pid]
+
+
+def _rss(pid: int) -> int | None:
+    """Resident set of the server's process tree."""
+    total = None
+    for member in _tree(pid):
+        try:
+            total = (total or 0) + int(psutil.Process(member).memory_info().rss)
+        except psutil.Error:
+            continue
+    return total
 
 
 def _status_bytes(pid: int, field: str) -> int | None:
-    """A ``kB`` field of /proc/<pid>/status, in bytes."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    """A ``kB`` field of /proc/<pid>/status, in bytes, summed over the server's process tree."""
+    total = None
+    for member in _tree(pid):
+        try:
+            for line in Path(f"/proc/{member}/status").read_text().splitlines():
+                if line.startswith(field + ":"):
+                    total = (total or 0) + int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
 
 
 class MemoryCgroup:
@@ -211,12 +226,9 @@ class RssMeter:
 
     def peak(self) -> int:
         if self.pid:
-            try:  # the kernel's high-water mark covers moments between readings
-                for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        self._peak = max(self._peak, int(line.split()[1]) * 1024)
-            except OSError:
-                pass
+            # The kernel's high-water marks cover moments between readings (summed over the tree:
+            # an upper bound, the processes may peak at different times).
+            self._peak = max(self._peak, _status_bytes(self.pid, "VmHWM") or 0)
         return self._peak
 
 

@@ -106,6 +106,8 @@ class LifecycleManager:
         """Hold the state warm for the block; restore it first if it was released."""
         self._in_flight += 1
         try:
+            if self.machine.state is State.WARM and not self.target.intact():
+                self._lost()
             if self.machine.state is not State.WARM:
                 await self._ensure_warm()
             yield
@@ -145,6 +147,12 @@ class LifecycleManager:
             "last_error": self.last_error,
             "memory": self.meter.read().as_dict(),
         }
+
+    def _lost(self) -> None:
+        """WARM → FAILED: the state vanished without a release (its process died); the caller restores."""
+        self.last_error = "inference state lost without a release (the inference process ended)"
+        log.error("%s; restoring it for the next request", self.last_error)
+        self._emit(self.machine.move(State.FAILED), 0.0, self.meter.read())
 
     async def _ensure_warm(self) -> None:
         async with self._lock:

@@ -31,7 +31,7 @@ class Reading:
     mapped: int | None
     """Page cache that is mapped into a process (cannot be evicted while mapped)."""
     rss: int
-    """Resident set of this process."""
+    """Resident set of this process and its children (the inference process, while one runs)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,8 +50,17 @@ class Meter:
             return f"cgroup v1 {self._dir}/memory.usage_in_bytes"
         return "process rss (no cgroup readable)"
 
+    def _rss(self) -> int:
+        total = int(self._process.memory_info().rss)
+        for child in self._process.children(recursive=True):
+            try:
+                total += int(child.memory_info().rss)
+            except psutil.Error:
+                pass  # ended since the listing
+        return total
+
     def read(self) -> Reading:
-        rss = self._process.memory_info().rss
+        rss = self._rss()
         if self._dir is None:
             return Reading(billable=rss, source=self.source, anon=None, file=None, mapped=None, rss=rss)
         stat = read_stat(self._dir / "memory.stat")

@@ -24,3 +24,7 @@ class Reclaimable(Protocol):
     def files(self) -> list[Path]:
         """Files read to build the state, to evict from the page cache after release."""
         ...
+
+    def intact(self) -> bool:
+        """False when restored state was lost without a release (a crashed worker process)."""
+        ...

@@ -22,7 +22,7 @@ class State(enum.Enum):
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.LOADING: frozenset({State.WARM, State.FAILED}),
-    State.WARM: frozenset({State.RELEASING}),
+    State.WARM: frozenset({State.RELEASING, State.FAILED}),  # failed: the state was lost (a crash)
     State.RELEASING: frozenset({State.RELEASED, State.FAILED}),
     State.RELEASED: frozenset({State.RESTORING}),
     State.RESTORING: frozenset({State.WARM, State.FAILED}),

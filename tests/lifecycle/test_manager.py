@@ -44,6 +44,9 @@ class Holder:
     def files(self) -> list[Path]:
         return []
 
+    def intact(self) -> bool:
+        return True
+
     def use(self) -> None:
         assert self.loaded, "used while released"
 

@@ -4,6 +4,9 @@
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
 - speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
 Any other speed runs normally. The tests start it as ``python -m tests.reliability.faulty_app``.
+The model runs in the inference process (`app.process_runtime`), so the faults are injected
+there: the server starts ``tests.reliability.faulty_inference`` instead, which imports this
+module for the patch. With ``TTS_INFERENCE_PROCESS=0`` the patch here applies in process.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 from typing import Any
 
 from app.backends.openvino import OpenVinoBackend
+from app.process_runtime import ProcessRuntime
 
 _real_infer = OpenVinoBackend.infer
 
@@ -26,6 +30,7 @@ def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, spe
 
 
 OpenVinoBackend.infer = _faulty_infer  # type: ignore[method-assign]
+ProcessRuntime.child_module = "tests.reliability.faulty_inference"
 
 if __name__ == "__main__":
     from app.__main__ import main

@@ -1,0 +1,147 @@
+"""The inference process: runs the model in a child of the server, so a release can end it.
+
+``python -m app.inference_process READ_FD WRITE_FD`` is started by `app.process_runtime` with
+two pipes. It builds the same `app.runtime.Runtime` the server would run in process (primary
+backend, optional bridge) from a picklable `Spec`, then answers messages until told to exit
+or until the server goes away (end of file on its pipe; the kernel also kills it when the
+server dies, ``PR_SET_PDEATHSIG``).
+
+Why a process: a process that imported and ran OpenVINO keeps about 170 MB of heap, plugin
+state and library pages after everything is deleted and trimmed (measured here), and ONNX
+Runtime more; a process that exits gives all of it back. It also keeps a crash inside a
+runtime (OpenVINO has segfaulted in ``infer`` with bf16) from taking the server with it.
+
+Messages (pickled tuples over `multiprocessing.connection.Connection`):
+- in:  ``("load", "primary" | "bridged")``, ``("infer", id, slot, tokens, style, speed)``,
+  ``("files", id)``, ``("wait_primary", id, timeout)``, ``("exit",)``
+- out: ``("loaded", Resolved)`` or ``("load_failed", message)``; ``("audio", id, array, backend)``
+  or ``("failed", id, message)``; ``("files", id, paths)``; ``("waited", id, bool)``;
+  ``("primary", Resolved)`` when the primary takes over from the bridge.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from app.runtime import Runtime
+from app.settings import Settings
+from app.sizing import PoolShape
+
+log = logging.getLogger("app.inference_process")
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything needed to build the runtime (sent to the child once, pickled)."""
+
+    settings: Settings
+    model_path: Path
+    shape: PoolShape
+    writable: Path
+    """The writable cache directory (compile cache, the bridge's optimized graph)."""
+
+    @property
+    def has_bridge(self) -> bool:
+        return self.settings.restore_bridge and self.settings.backend == "openvino"
+
+    def build(self) -> Runtime:
+        from app.services import build_runtime
+
+        return build_runtime(self)
+
+
+class _Child:
+    def __init__(self, inbox: Connection, outbox: Connection, runtime: Runtime, slots: int) -> None:
+        self.inbox = inbox
+        self.outbox = outbox
+        self.runtime = runtime
+        self._send_lock = threading.Lock()
+        self._workers = ThreadPoolExecutor(max(1, slots), thread_name_prefix="infer")
+        runtime.on_primary = lambda resolved: self.send(("primary", resolved))
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            self.outbox.send(message)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                message = self.inbox.recv()
+            except (EOFError, OSError):
+                return  # the server is gone
+            kind = message[0]
+            if kind == "exit":
+                return
+            if kind == "infer":
+                self._workers.submit(self._infer, *message[1:])
+            elif kind == "load":
+                self._load(message[1])
+            elif kind == "files":
+                self.send(("files", message[1], self.runtime.files()))
+            elif kind == "wait_primary":
+                threading.Thread(target=self._wait_primary, args=message[1:], daemon=True).start()
+
+    def _load(self, mode: str) -> None:
+        try:
+            resolved = self.runtime.load_bridged() if mode == "bridged" else self.runtime.load_primary()
+        except Exception as exc:
+            log.exception("loading the %s backend failed", mode)
+            self.send(("load_failed", f"{type(exc).__name__}: {exc}"))
+            return
+        self.send(("loaded", resolved))
+
+    def _infer(self, ident: int, slot: int, tokens: Any, style: Any, speed: float) -> None:
+        try:
+            audio, backend = self.runtime.infer_named(slot, tokens, style, speed)
+        except Exception as exc:  # reported to the request that asked; the process serves on
+            self.send(("failed", ident, f"{type(exc).__name__}: {exc}"))
+            return
+        self.send(("audio", ident, audio, backend))
+
+    def _wait_primary(self, ident: int, timeout: float | None) -> None:
+        self.send(("waited", ident, self.runtime.wait_primary(timeout)))
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: end of file on the pipe still ends the process
+
+
+def main(argv: list[str]) -> int:
+    # The server decides when this process ends (SIGTERM drains requests there first): a signal
+    # sent to the whole process group must not cut the streams it is still finishing.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    inbox = Connection(int(argv[0]), writable=False)
+    outbox = Connection(int(argv[1]), readable=False)
+    spec: Spec = inbox.recv()
+    logging.basicConfig(level=spec.settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from lifecycle.trim import limit_arenas
+
+    limit_arenas(spec.settings.malloc_arenas)
+    _Child(inbox, outbox, spec.build(), spec.shape.streams).serve()
+    # Exit at once: a primary still loading in the background, runtime threads and their
+    # memory all go with the process; nothing here needs an orderly teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,63 @@
+"""The restore bridge's saved, pre-optimized ONNX Runtime graph: same audio, and damage is survived."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app import modelfile
+from app.backends.onnxruntime import OnnxRuntimeBackend
+from app.sizing import PoolShape
+from app.vocab import Vocab
+from app.voices import VoiceBank
+
+
+@pytest.fixture(scope="module")
+def model(cache_dir: Path) -> Path:
+    return modelfile.resolve(None, [cache_dir / "models"])
+
+
+def speak(backend: OnnxRuntimeBackend) -> np.ndarray:
+    vocab = Vocab.embedded()
+    ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
+    tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+    style = VoiceBank.load(None).resolve("jf_alpha").style_for(len(ids))
+    return backend.infer(0, tokens, style, 1.0)
+
+
+def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_path: Path) -> None:
+    plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
+    plain.load()
+    reference = speak(plain)
+
+    first = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    first.load()
+    import onnxruntime
+
+    saved = first.optimized_path(onnxruntime.__version__)
+    assert saved is not None and saved.is_file() and saved.parent == tmp_path
+    assert not list(tmp_path.glob(".*"))  # no partial file left behind
+    assert np.array_equal(speak(first), reference)
+
+    stamp = saved.stat().st_mtime_ns
+    second = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    second.load()
+    assert saved.stat().st_mtime_ns == stamp  # opened, not written again
+    assert np.array_equal(speak(second), reference)
+
+
+def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    import onnxruntime
+
+    saved = backend.optimized_path(onnxruntime.__version__)
+    assert saved is not None
+    saved.write_bytes(b"not a model")
+    with caplog.at_level(logging.WARNING):
+        backend.load()
+    assert "could not open the optimized graph" in caplog.text
+    assert saved.stat().st_size > 1_000_000  # optimized again and saved whole
+    assert speak(backend).size > 24000 // 2

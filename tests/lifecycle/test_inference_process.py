@@ -1,0 +1,99 @@
+"""The model runs in a child process: a release ends it, a request starts one, a crash is survived."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import LiveServer, live_server
+from tests.lifecycle.test_release_live import ADMIN, lifecycle, speak, wait_for
+
+LONG = " ".join(f"Sentence number {i} keeps this stream going for a while." for i in range(12))
+
+
+@pytest.fixture(scope="module")
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="0", admin_token="admin-secret") as s:
+        yield s
+
+
+def children(server: LiveServer) -> list[psutil.Process]:
+    return psutil.Process(server.process.pid).children(recursive=True)
+
+
+def mapped(pid: int, needle: str) -> bool:
+    return needle in Path(f"/proc/{pid}/maps").read_text()
+
+
+def release(server: LiveServer) -> None:
+    assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
+
+
+def test_release_ends_the_inference_process_and_the_next_request_starts_one(server: LiveServer) -> None:
+    warm = speak(server)
+    warm_memory = lifecycle(server)["memory"]
+    (child,) = children(server)
+    assert mapped(child.pid, "libopenvino")
+    # The server itself never loads a runtime: that is what leaves it small once the child is gone.
+    for runtime in ("libopenvino", "onnxruntime"):
+        assert not mapped(server.process.pid, runtime)
+
+    release(server)
+    assert children(server) == []
+    assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
+    released = lifecycle(server)["memory"]
+    assert isinstance(released, dict) and isinstance(warm_memory, dict)
+    assert released["rss"] == pytest.approx(psutil.Process(server.process.pid).memory_info().rss, rel=0.1)
+    assert released["rss"] < 0.25 * warm_memory["rss"]  # the child's memory was counted while warm
+
+    again = speak(server)
+    (restarted,) = children(server)
+    assert restarted.pid != child.pid
+    assert abs(len(again) - len(warm)) < 0.1 * len(warm)  # the bridge: same speech within tolerance
+
+
+def test_a_crashed_inference_process_fails_the_requests_in_flight_and_the_next_one_restores(
+        server: LiveServer) -> None:
+    short = speak(server, "Short and sweet.")
+    outcome: dict[str, object] = {}
+
+    def long_request() -> None:
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=120,
+                              json={"input": LONG, "voice": "jf_alpha", "response_format": "pcm"}) as response:
+                outcome["status"] = response.status_code
+                outcome["bytes"] = sum(len(b) for b in response.iter_bytes())
+        except httpx.HTTPError as exc:
+            outcome["error"] = type(exc).__name__
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while lifecycle(server)["in_flight"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1.0)
+    (child,) = children(server)
+    os.kill(child.pid, signal.SIGKILL)
+    thread.join(60)
+    assert not thread.is_alive()
+    # The stream in flight fails visibly: an error status, or a chunked body cut short.
+    assert outcome.get("status") == 500 or "error" in outcome, outcome
+
+    after = speak(server, "Short and sweet.")
+    assert abs(len(after) - len(short)) < 0.1 * len(short)
+    state = wait_for(server, "warm")
+    transitions = state["transitions"]
+    assert isinstance(transitions, dict)
+    assert transitions.get("warm->failed", 0) >= 1 and transitions.get("failed->restoring", 0) >= 1
+    assert server.process.poll() is None
+    (replacement,) = children(server)
+    assert replacement.pid != child.pid
