@@ -28,38 +28,16 @@ import signal
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from app.runtime import Runtime
-from app.settings import Settings
-from app.sizing import PoolShape
+from app.runtime_spec import Spec, build_runtime
+from lifecycle import pagecache
 
 log = logging.getLogger("app.inference_process")
 
 PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class Spec:
-    """Everything needed to build the runtime (sent to the child once, pickled)."""
-
-    settings: Settings
-    model_path: Path
-    shape: PoolShape
-    writable: Path
-    """The writable cache directory (compile cache, the bridge's optimized graph)."""
-
-    @property
-    def has_bridge(self) -> bool:
-        return self.settings.restore_bridge and self.settings.backend == "openvino"
-
-    def build(self) -> Runtime:
-        from app.services import build_runtime
-
-        return build_runtime(self)
 
 
 class _Child:
@@ -89,7 +67,11 @@ class _Child:
             elif kind == "load":
                 self._load(message[1])
             elif kind == "files":
-                self.send(("files", message[1], self.runtime.files()))
+                # The runtime's files, and every library and module this process loaded: the server
+                # evicts them from the page cache once this process has ended.
+                found = self.runtime.files()
+                found += [p for p in pagecache.loaded_files() if p not in found]
+                self.send(("files", message[1], found))
             elif kind == "wait_primary":
                 threading.Thread(target=self._wait_primary, args=message[1:], daemon=True).start()
 
@@ -135,7 +117,7 @@ def main(argv: list[str]) -> int:
     from lifecycle.trim import limit_arenas
 
     limit_arenas(spec.settings.malloc_arenas)
-    _Child(inbox, outbox, spec.build(), spec.shape.streams).serve()
+    _Child(inbox, outbox, build_runtime(spec), spec.shape.streams).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their
     # memory all go with the process; nothing here needs an orderly teardown.
     sys.stdout.flush()

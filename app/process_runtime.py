@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.backends.base import Resolved
-from app.inference_process import Spec
+from app.runtime_spec import Spec
 
 log = logging.getLogger(__name__)
 

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from app import backends, cachedir, modelfile
+from app import cachedir, modelfile
 from app.engine import Engine
 from app.frontend import Frontend
-from app.inference_process import Spec
 from app.metrics import Metrics
 from app.pool import StreamPool
 from app.process_runtime import ProcessRuntime
-from app.runtime import Runtime
+from app.runtime_spec import Spec, build_runtime
 from app.settings import Settings
 from app.sizing import CpuBudget, PoolShape, shape_for
 from app.vocab import Vocab
@@ -49,44 +47,13 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     queue = settings.queue_size or 2 * shape.streams
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
     runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
-    engine = Engine(runtime, StreamPool(shape.streams, queue), Frontend(), voices, Vocab.embedded(),
+    frontend = Frontend(writable / "frontend")
+    engine = Engine(runtime, StreamPool(shape.streams, queue), frontend, voices, Vocab.embedded(),
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape
-
-
-def build_runtime(spec: Spec) -> Runtime:
-    """The backends, unloaded: run by the inference process, or by the server itself when
-    ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
-    settings = spec.settings
-    cache = _compile_cache(settings, spec.model_path, spec.writable)
-    fallback = spec.writable / "openvino" / cache.name if cache else None
-    backend = backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=settings.runtime_defaults,
-                              precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
-                              shape_cache=settings.shape_cache)
-    bridge = (backends.bridge(spec.model_path, spec.shape, spec.writable / "onnxruntime")
-              if spec.has_bridge else None)
-    return Runtime(backend, bridge)
-
-
-def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:
-    """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one
-    (or, when the configured cache directory is read-only, what it already holds)."""
-    if not settings.compile_cache or settings.backend != "openvino":
-        return None
-    from app import compile_cache
-
-    digest = modelfile.expected_sha256() if settings.model_path is None else None
-    directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest)
-    readonly = settings.cache_dir / "openvino" / directory.name
-    if writable != settings.cache_dir and directory.parent == writable / "openvino" and readonly.is_dir():
-        # What a read-only cache directory already compiled is imported from there; when OpenVINO
-        # cannot use it, the backend compiles into the writable fallback.
-        directory, why = readonly, f"{why}; importing what the read-only {readonly} holds first"
-    log.info("compile cache: %s", why)
-    return directory
 
 
 def default_voice(settings: Settings, voices: VoiceBank) -> str:

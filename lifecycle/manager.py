@@ -192,7 +192,10 @@ class LifecycleManager:
         self.target.release()
         trim.collect_and_trim()
         if self.evict_files:
-            pagecache.evict(files)
+            # What the released state was built from, what this process itself read to run (the
+            # modules it imported), and the clean pages of the libraries it keeps mapped.
+            pagecache.evict(files + pagecache.loaded_files())
+            pagecache.page_out_mappings()
 
     async def _watch(self) -> None:
         tick = min(1.0, max(0.01, self.quiet_window_s / 4))

@@ -122,4 +122,7 @@ class OnnxRuntimeBackend:
         return np.asarray(audio, dtype=np.float32).reshape(-1)
 
     def files(self) -> list[Path]:
-        return [self._model_path]
+        found = [self._model_path]
+        if self._optimized_dir is not None and self._optimized_dir.is_dir():
+            found.extend(p for p in self._optimized_dir.iterdir() if p.is_file())
+        return found

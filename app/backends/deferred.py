@@ -1,0 +1,45 @@
+"""A backend built at its first load rather than up front.
+
+Building OpenVINO's backend chooses its compile cache, which imports OpenVINO and starts its
+CPU plugin (about 0.3 s here). When the restore bridge serves the first requests, that work
+belongs in the background load, not on the path of the request that is waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from app.backends.base import Backend, Resolved
+
+
+class Deferred:
+    def __init__(self, name: str, build: Callable[[], Backend]) -> None:
+        self.name = name
+        self._build = build
+        self._inner: Backend | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._inner is not None and self._inner.loaded
+
+    def load(self) -> Resolved:
+        if self._inner is None:
+            self._inner = self._build()
+        return self._inner.load()
+
+    def unload(self) -> None:
+        if self._inner is not None:
+            self._inner.unload()
+
+    def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+              speed: float) -> npt.NDArray[np.float32]:
+        if self._inner is None:
+            raise RuntimeError(f"the {self.name} backend is not loaded")
+        return self._inner.infer(slot, tokens, style, speed)
+
+    def files(self) -> list[Path]:
+        return self._inner.files() if self._inner is not None else []

@@ -1,0 +1,73 @@
+"""What the inference runtime is built from, and the building: used by the inference process
+(`app.inference_process`) and, with ``TTS_INFERENCE_PROCESS=0``, by the server itself.
+
+Light on purpose: the inference process imports this before it can open the bridge, so what
+it imports is on a restore's path. The primary backend is built at its first load
+(`app.backends.deferred`): choosing OpenVINO's compile cache imports OpenVINO and starts its
+CPU plugin, work a restore served by the bridge does in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from app import backends, modelfile
+from app.backends.base import Backend
+from app.backends.deferred import Deferred
+from app.runtime import Runtime
+from app.settings import Settings
+from app.sizing import PoolShape
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything needed to build the runtime (sent to the inference process once, pickled)."""
+
+    settings: Settings
+    model_path: Path
+    shape: PoolShape
+    writable: Path
+    """The writable cache directory (compile cache, the bridge's optimized graph)."""
+
+    @property
+    def has_bridge(self) -> bool:
+        return self.settings.restore_bridge and self.settings.backend == "openvino"
+
+
+def build_runtime(spec: Spec) -> Runtime:
+    """The backends, unloaded: run by the inference process, or by the server itself when
+    ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
+    bridge = (backends.bridge(spec.model_path, spec.shape, spec.writable / "onnxruntime")
+              if spec.has_bridge else None)
+    return Runtime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge)
+
+
+def _primary(spec: Spec) -> Backend:
+    settings = spec.settings
+    cache = _compile_cache(settings, spec.model_path, spec.writable)
+    fallback = spec.writable / "openvino" / cache.name if cache else None
+    return backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=settings.runtime_defaults,
+                           precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
+                           shape_cache=settings.shape_cache)
+
+
+def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:
+    """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one
+    (or, when the configured cache directory is read-only, what it already holds)."""
+    if not settings.compile_cache or settings.backend != "openvino":
+        return None
+    from app import compile_cache
+
+    digest = modelfile.expected_sha256() if settings.model_path is None else None
+    directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest)
+    readonly = settings.cache_dir / "openvino" / directory.name
+    if writable != settings.cache_dir and directory.parent == writable / "openvino" and readonly.is_dir():
+        # What a read-only cache directory already compiled is imported from there; when OpenVINO
+        # cannot use it, the backend compiles into the writable fallback.
+        directory, why = readonly, f"{why}; importing what the read-only {readonly} holds first"
+    log.info("compile cache: %s", why)
+    return directory
