@@ -146,6 +146,11 @@ class Engine:
             if self.release_frontend:
                 self.frontend.unload()
 
+    def close(self) -> None:
+        """At shutdown: end the inference process (and wait for it) rather than leave it to notice."""
+        with self._state_lock:
+            self.runtime.unload()
+
     def files(self) -> list[Path]:
         found = self.runtime.files()
         if self.release_frontend:

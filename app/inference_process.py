@@ -109,7 +109,6 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
-    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
     spec: Spec = inbox.recv()

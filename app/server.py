@@ -87,6 +87,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette
             yield {"services": services}
         finally:
             await manager.stop()
+            await anyio.to_thread.run_sync(built.close)
 
     handlers: dict[Any, Any] = {cls: _domain_error for cls, _, _ in STATUS}
     handlers[HTTPException] = _http_error
