@@ -3,8 +3,9 @@
 ``python -m app.inference_process READ_FD WRITE_FD`` is started by `app.process_runtime` with
 two pipes. It builds the same `app.runtime.Runtime` the server would run in process (primary
 backend, optional bridge) from a picklable `Spec`, then answers messages until told to exit
-or until the server goes away (end of file on its pipe; the kernel also kills it when the
-server dies, ``PR_SET_PDEATHSIG``).
+or until the server goes away (end of file on its pipe). Not ``PR_SET_PDEATHSIG``: it fires
+when the *thread* that started the child ends, and the server starts it from a worker thread
+that ends after 10 idle seconds (the benchmark caught children killed so).
 
 Why a process: a process that imported and ran OpenVINO keeps about 170 MB of heap, plugin
 state and library pages after everything is deleted and trimmed (measured here), and ONNX
@@ -21,7 +22,6 @@ Messages (pickled tuples over `multiprocessing.connection.Connection`):
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -36,8 +36,6 @@ from app.runtime_spec import Spec, build_runtime
 from lifecycle import pagecache
 
 log = logging.getLogger("app.inference_process")
-
-PR_SET_PDEATHSIG = 1
 
 
 class _Child:
@@ -96,19 +94,11 @@ class _Child:
         self.send(("waited", ident, self.runtime.wait_primary(timeout)))
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not Linux: end of file on the pipe still ends the process
-
-
 def main(argv: list[str]) -> int:
     # The server decides when this process ends (SIGTERM drains requests there first): a signal
     # sent to the whole process group must not cut the streams it is still finishing.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
     spec: Spec = inbox.recv()

@@ -14,6 +14,7 @@ request.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import logging
 import os
@@ -156,13 +157,32 @@ class ProcessRuntime:
             return False
 
     def files(self) -> list[Path]:
+        """What the inference process read: what it lists, and what it may have been reading
+        without having listed it yet (a background load cut short by the release)."""
+        found: list[Path] = []
         if self._child is not None and self._child.process.poll() is None:
             try:
-                found: list[Path] = self._call(("files",), timeout=EXIT_WAIT_S)
-                return found
+                found = self._call(("files",), timeout=EXIT_WAIT_S)
             except (WorkerGone, TimeoutError):
                 pass
-        return [self.spec.model_path]
+        listed = set(found)
+        return found + [p for p in self._candidates() if p not in listed]
+
+    def _candidates(self) -> list[Path]:
+        """The model, every compile cache and bridge graph, and the runtimes' libraries."""
+        settings = self.spec.settings
+        roots = [self.spec.writable / "openvino", self.spec.writable / "onnxruntime", settings.cache_dir / "openvino"]
+        if settings.baked_cache_dir is not None:
+            roots.append(settings.baked_cache_dir)
+        for package in ("openvino", "onnxruntime"):
+            spec = importlib.util.find_spec(package)
+            if spec is not None and spec.submodule_search_locations:
+                roots.extend(Path(p) for p in spec.submodule_search_locations)
+        found = [self.spec.model_path]
+        for root in dict.fromkeys(roots):
+            if root.is_dir():
+                found.extend(p for p in root.rglob("*") if p.is_file())
+        return found
 
     def unload(self) -> None:
         """End the child and wait for it: its memory is the operating system's again."""

@@ -97,3 +97,13 @@ def test_a_crashed_inference_process_fails_the_requests_in_flight_and_the_next_o
     assert server.process.poll() is None
     (replacement,) = children(server)
     assert replacement.pid != child.pid
+
+
+def test_the_inference_process_outlives_the_thread_that_started_it(server: LiveServer) -> None:
+    """The server starts it from a worker thread that ends after 10 idle seconds; it must live on."""
+    speak(server, "Short and sweet.")
+    (child,) = children(server)
+    time.sleep(12)
+    assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+    speak(server, "Short and sweet.")
+    assert [c.pid for c in children(server)] == [child.pid]
