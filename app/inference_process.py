@@ -14,9 +14,9 @@ runtime (OpenVINO has segfaulted in ``infer`` with bf16) from taking the server 
 
 Messages (pickled tuples over `multiprocessing.connection.Connection`):
 - in:  ``("load", "primary" | "bridged")``, ``("infer", id, slot, tokens, style, speed)``,
-  ``("files", id)``, ``("wait_primary", id, timeout)``, ``("exit",)``
+  ``("files", id)``, ``("exit",)``
 - out: ``("loaded", Resolved)`` or ``("load_failed", message)``; ``("audio", id, array, backend)``
-  or ``("failed", id, message)``; ``("files", id, paths)``; ``("waited", id, bool)``;
+  or ``("failed", id, message)``; ``("files", id, paths)``;
   ``("primary", Resolved)`` when the primary takes over from the bridge.
 """
 
@@ -70,8 +70,6 @@ class _Child:
                 found = self.runtime.files()
                 found += [p for p in pagecache.loaded_files() if p not in found]
                 self.send(("files", message[1], found))
-            elif kind == "wait_primary":
-                threading.Thread(target=self._wait_primary, args=message[1:], daemon=True).start()
 
     def _load(self, mode: str) -> None:
         try:
@@ -89,9 +87,6 @@ class _Child:
             self.send(("failed", ident, f"{type(exc).__name__}: {exc}"))
             return
         self.send(("audio", ident, audio, backend))
-
-    def _wait_primary(self, ident: int, timeout: float | None) -> None:
-        self.send(("waited", ident, self.runtime.wait_primary(timeout)))
 
 
 def main(argv: list[str]) -> int:

@@ -105,11 +105,6 @@ class ProcessRuntime:
     def has_bridge(self) -> bool:
         return self.spec.has_bridge
 
-    @property
-    def pid(self) -> int | None:
-        child = self._child
-        return child.process.pid if child is not None and child.process.poll() is None else None
-
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""
         child = self._child
@@ -146,15 +141,6 @@ class ProcessRuntime:
         self._reader = threading.Thread(target=self._read, args=(self._child,), name="inference-reader", daemon=True)
         self._reader.start()
         log.info("inference process %d started", self._child.process.pid)
-
-    def wait_primary(self, timeout: float | None = None) -> bool:
-        """Block until a background primary load ends; True if the primary is now serving."""
-        if self._child is None or not self.has_bridge:
-            return self._active == self.spec.settings.backend
-        try:
-            return bool(self._call(("wait_primary",), timeout=None if timeout is None else timeout + 5))
-        except (WorkerGone, TimeoutError):
-            return False
 
     def files(self) -> list[Path]:
         """What the inference process read: what it lists, and what it may have been reading
@@ -241,7 +227,7 @@ class ProcessRuntime:
             except (EOFError, OSError):
                 break
             kind = message[0]
-            if kind in ("audio", "failed", "files", "waited"):
+            if kind in ("audio", "failed", "files"):
                 with self._lock:
                     future = self._pending.pop(message[1], None)
                 if future is None:
