@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from app.server import create_app
+from app.http.server import create_app
 from app.settings import Settings, SettingsError, documented
 from lifecycle.trim import limit_arenas
 

@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app import chunker
-from app.backends.base import Resolved
 from app.errors import InferenceFailed, InvalidInput
-from app.frontend import Frontend
 from app.pool import StreamPool
-from app.process_runtime import ProcessRuntime
-from app.runtime import Runtime
-from app.vocab import Vocab
+from app.runtime.backends.base import Resolved
+from app.runtime.local import Runtime
+from app.runtime.proxy import ProcessRuntime
+from app.text import chunker
+from app.text.frontend import Frontend
+from app.text.vocab import Vocab
 from app.voices import Voice, VoiceBank
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class Engine:
         The runtime's load is native code that releases the GIL, the front end's is mostly
         Python: run side by side, a restore costs the longer of the two, not their sum. The
         first load is always the primary backend; later restores open the bridge when there is
-        one (see `app.runtime`).
+        one (see `app.runtime.local`).
         """
         with self._state_lock:
             timings: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""Domain errors. They carry no HTTP: `app.server` maps each kind to a status in one table."""
+"""Domain errors. They carry no HTTP: `app.http.server` maps each kind to a status in one table."""
 
 from __future__ import annotations
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from app import cachedir, modelfile
 from app.engine import Engine
-from app.frontend import Frontend
 from app.metrics import Metrics
 from app.pool import StreamPool
-from app.process_runtime import ProcessRuntime
-from app.runtime_spec import Spec, build_runtime
+from app.runtime import cachedir, modelfile
+from app.runtime.proxy import ProcessRuntime
+from app.runtime.spec import Spec, build_runtime
 from app.settings import Settings
 from app.sizing import CpuBudget, PoolShape, shape_for
-from app.vocab import Vocab
+from app.text.frontend import Frontend
+from app.text.vocab import Vocab
 from app.voices import VoiceBank
 from lifecycle.manager import LifecycleManager
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app import modelfile
+from app.runtime import modelfile
 from app.sizing import read_budget
 from bench import checks, client, figures, inprocess, load, machine, plots, report
 from bench import corpus as corpus_mod

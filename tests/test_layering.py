@@ -1,4 +1,4 @@
-"""Dependencies point one way: HTTP only in app/routes and app/server; lifecycle/ knows nothing of app/."""
+"""Dependencies point one way: HTTP only in app/http; lifecycle/ knows nothing of app/."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HTTP_ALLOWED = {"app/server.py", "app/__main__.py"}
+HTTP_ALLOWED = {"app/__main__.py"}
 
 
 def imports(path: Path) -> set[str]:
@@ -19,10 +19,10 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def test_http_stays_in_routes_and_server() -> None:
+def test_http_stays_in_app_http() -> None:
     for path in (ROOT / "app").rglob("*.py"):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("app/routes/") or rel in HTTP_ALLOWED:
+        if rel.startswith("app/http/") or rel in HTTP_ALLOWED:
             continue
         bad = {m for m in imports(path) if m.split(".")[0] in ("starlette", "uvicorn")}
         assert not bad, f"{rel} imports {bad}"

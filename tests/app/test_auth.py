@@ -6,7 +6,7 @@ from pathlib import Path
 
 from starlette.testclient import TestClient
 
-from app.server import create_app
+from app.http.server import create_app
 from app.settings import Settings
 
 

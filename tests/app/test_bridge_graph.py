@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app import modelfile
-from app.backends.onnxruntime import OnnxRuntimeBackend
+from app.runtime import modelfile
+from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.sizing import PoolShape
-from app.vocab import Vocab
+from app.text.vocab import Vocab
 from app.voices import VoiceBank
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.chunker import MODEL_MAX_TOKENS, chunk
+from app.text.chunker import MODEL_MAX_TOKENS, chunk
 
 
 def test_first_chunk_is_short_and_later_chunks_grow() -> None:

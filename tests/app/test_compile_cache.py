@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app import compile_cache, modelfile
-from app.compile_cache import Target, cache_key, choose, cpu_flags, isa_family, write_manifest
+from app.runtime import compile_cache, modelfile
+from app.runtime.compile_cache import Target, cache_key, choose, cpu_flags, isa_family, write_manifest
 
 HERE = Target(openvino="2026.4.1-22982-e213a147257-releases/2026/4", isa="avx2", device="AMD EPYC")
 SHA = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
@@ -27,7 +27,7 @@ def model(tmp_path: Path) -> Path:
 
 
 def bake(baked: Path, model: Path, target: Target = HERE, blob: bytes = b"compiled" * 1000) -> Path:
-    """A baked cache as ``python -m app.compile_cache`` leaves it, without compiling anything."""
+    """A baked cache as ``python -m app.runtime.compile_cache`` leaves it, without compiling anything."""
     key = cache_key(model.resolve(), None, target=target)
     directory = baked / key
     directory.mkdir(parents=True)
@@ -154,7 +154,7 @@ def baked_real(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> Pa
 
 
 def _load(model: Path, cache: Path) -> tuple[bool | None, float]:
-    from app.backends.openvino import OpenVinoBackend
+    from app.runtime.backends.openvino import OpenVinoBackend
     from app.sizing import PoolShape
 
     backend = OpenVinoBackend(model, PoolShape(1, 1), runtime_defaults=False, precision="f32", cache_dir=cache)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app import lexicon
-from app.frontend import Frontend
+from app.text import lexicon
+from app.text.frontend import Frontend
 
 SENTENCES = [
     "I read the book yesterday, and I will read it again tomorrow.",

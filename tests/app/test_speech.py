@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from app.server import create_app
+from app.http.server import create_app
 from app.settings import Settings
 
 SHORT = "Hello there."

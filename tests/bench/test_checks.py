@@ -9,11 +9,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app import modelfile
-from app.backends.onnxruntime import OnnxRuntimeBackend
-from app.frontend import Frontend
+from app.runtime import modelfile
+from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.sizing import PoolShape
-from app.vocab import Vocab
+from app.text.frontend import Frontend
+from app.text.vocab import Vocab
 from app.voices import VoiceBank
 from bench import checks
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.chunker import MODEL_MAX_TOKENS
-from app.frontend import Frontend
-from app.vocab import Vocab
+from app.text.chunker import MODEL_MAX_TOKENS
+from app.text.frontend import Frontend
+from app.text.vocab import Vocab
 from app.voices import VoiceBank
 from bench import corpus
 

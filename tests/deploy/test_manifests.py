@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.routes import health
+from app.http import health
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
 - speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
 Any other speed runs normally. The tests start it as ``python -m tests.reliability.faulty_app``.
-The model runs in the inference process (`app.process_runtime`), so the faults are injected
+The model runs in the inference process (`app.runtime.proxy`), so the faults are injected
 there: the server starts ``tests.reliability.faulty_inference`` instead, which imports this
 module for the patch. With ``TTS_INFERENCE_PROCESS=0`` the patch here applies in process.
 """
@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from app.backends.openvino import OpenVinoBackend
-from app.process_runtime import ProcessRuntime
+from app.runtime.backends.openvino import OpenVinoBackend
+from app.runtime.proxy import ProcessRuntime
 
 _real_infer = OpenVinoBackend.infer
 

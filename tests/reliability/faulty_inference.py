@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import tests.reliability.faulty_app  # noqa: F401  (patches OpenVINO's infer)
-from app.inference_process import main
+from app.runtime.child import main
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

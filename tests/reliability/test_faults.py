@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import modelfile
+from app.runtime import modelfile
 from tests.conftest import ROOT, LiveServer, live_server
 
 TEXT = "A fault elsewhere must not touch this sentence."

@@ -20,10 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from app import chunker, textclean
-from app.frontend import Frontend
-from app.server import create_app
+from app.http.server import create_app
 from app.settings import Settings
+from app.text import chunker
+from app.text import clean as textclean
+from app.text.frontend import Frontend
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

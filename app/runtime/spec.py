@@ -1,9 +1,9 @@
 """What the inference runtime is built from, and the building: used by the inference process
-(`app.inference_process`) and, with ``TTS_INFERENCE_PROCESS=0``, by the server itself.
+(`app.runtime.child`) and, with ``TTS_INFERENCE_PROCESS=0``, by the server itself.
 
 Light on purpose: the inference process imports this before it can open the bridge, so what
 it imports is on a restore's path. The primary backend is built at its first load
-(`app.backends.deferred`): choosing OpenVINO's compile cache imports OpenVINO and starts its
+(`app.runtime.backends.deferred`): choosing OpenVINO's compile cache imports OpenVINO and starts its
 CPU plugin, work a restore served by the bridge does in the background.
 """
 
@@ -13,10 +13,10 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from app import backends, modelfile
-from app.backends.base import Backend
-from app.backends.deferred import Deferred
-from app.runtime import Runtime
+from app.runtime import backends, modelfile
+from app.runtime.backends.base import Backend
+from app.runtime.backends.deferred import Deferred
+from app.runtime.local import Runtime
 from app.settings import Settings
 from app.sizing import PoolShape
 
@@ -60,7 +60,7 @@ def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path
     (or, when the configured cache directory is read-only, what it already holds)."""
     if not settings.compile_cache or settings.backend != "openvino":
         return None
-    from app import compile_cache
+    from app.runtime import compile_cache
 
     digest = modelfile.expected_sha256() if settings.model_path is None else None
     directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest)

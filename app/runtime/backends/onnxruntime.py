@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.backends.base import Resolved
+from app.runtime.backends.base import Resolved
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class OnnxRuntimeBackend:
         """Where the optimized graph for this model, runtime and CPU lives (None: not kept)."""
         if self._optimized_dir is None:
             return None
-        from app.compile_cache import cpu_flags, isa_family
+        from app.runtime.compile_cache import cpu_flags, isa_family
 
         stat = self._model_path.stat()
         isa = isa_family(cpu_flags())

@@ -1,4 +1,4 @@
-"""HTTP routes. Only this package and `app.server` know about Starlette."""
+"""HTTP routes. Only this package and `app.http.server` know about Starlette."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app.backends.base import Backend, Resolved
+from app.runtime.backends.base import Backend, Resolved
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class Runtime:
                 backend.unload()
 
     def intact(self) -> bool:
-        """In process, loaded state cannot vanish on its own (see `app.process_runtime`)."""
+        """In process, loaded state cannot vanish on its own (see `app.runtime.proxy`)."""
         return True
 
     def unload(self) -> None:

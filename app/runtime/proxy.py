@@ -1,6 +1,6 @@
-"""The runtime, run in a child process (`app.inference_process`) that a release ends.
+"""The runtime, run in a child process (`app.runtime.child`) that a release ends.
 
-`ProcessRuntime` offers what `app.runtime.Runtime` offers (load, infer, unload, files) and
+`ProcessRuntime` offers what `app.runtime.local.Runtime` offers (load, infer, unload, files) and
 forwards each call over two pipes. ``load_*`` starts the child when none runs; ``unload``
 tells it to exit and waits, so after a release the server holds no runtime memory at all:
 no heap, no plugin state, no library pages.
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.backends.base import Resolved
-from app.runtime_spec import Spec
+from app.runtime.backends.base import Resolved
+from app.runtime.spec import Spec
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class _Child:
 
 
 class ProcessRuntime:
-    child_module = "app.inference_process"
+    child_module = "app.runtime.child"
     """The module run as the child; tests swap in one that injects faults."""
 
     def __init__(self, spec: Spec) -> None:

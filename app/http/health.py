@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from app.routes import services
+from app.http.common import services
 from lifecycle.states import State
 
 READY = {State.WARM, State.RELEASED, State.RELEASING, State.RESTORING}

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app import lexicon, textclean
+from app.text import clean as textclean
+from app.text import lexicon
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ class Frontend:
     """
 
     def __init__(self, lexicon_dir: Path | None = None) -> None:
-        """``lexicon_dir``: where misaki's lexicon is kept as memory-mapped tries (`app.lexicon`);
+        """``lexicon_dir``: where misaki's lexicon is kept as memory-mapped tries (`app.text.lexicon`);
         None keeps misaki's own in-memory dicts (60 MB more, 0.45 s more per load)."""
         self._lexicon_dir = lexicon_dir
         self._lock = threading.Lock()
@@ -89,7 +90,7 @@ class Frontend:
     def phonemize(self, text: str, lang: str) -> str:
         """Phonemes for ``text`` in ``lang`` (``en-us`` or ``en-gb``); unknown characters are dropped.
 
-        The text is cleaned and cut into bounded pieces first (`app.textclean`), and the lock is
+        The text is cleaned and cut into bounded pieces first (`app.text.clean`), and the lock is
         taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
         out = []
         for piece in textclean.pieces(textclean.clean(text)):

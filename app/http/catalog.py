@@ -9,9 +9,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.audio import FORMATS
-from app.routes import require_bearer, services
+from app.http.common import require_bearer, services
+from app.http.request import MODELS
 from app.services import default_voice
-from app.speech_request import MODELS
 
 
 async def list_voices(request: Request) -> JSONResponse:

@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.errors import Disabled
-from app.routes import require_bearer, services
+from app.http.common import require_bearer, services
 
 
 async def lifecycle_state(request: Request) -> JSONResponse:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.backends.base import Resolved
+from app.runtime.backends.base import Resolved
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)

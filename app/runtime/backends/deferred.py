@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app.backends.base import Backend, Resolved
+from app.runtime.backends.base import Backend, Resolved
 
 
 class Deferred:

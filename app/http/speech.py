@@ -23,9 +23,9 @@ from starlette.types import Receive, Scope, Send
 
 from app import audio
 from app.errors import InputTooLarge, Unavailable
-from app.routes import require_bearer, services
+from app.http.common import require_bearer, services
+from app.http.request import SpeechRequest
 from app.services import Services, default_voice
-from app.speech_request import SpeechRequest
 
 BODY_OVERHEAD = 64 * 1024
 """Bytes allowed in a body beyond four per input character (JSON escapes, other fields)."""

@@ -1,10 +1,10 @@
-"""Inference runtimes behind one small interface (`app.backends.base.Backend`)."""
+"""Inference runtimes behind one small interface (`app.runtime.backends.base.Backend`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app.backends.base import Backend
+from app.runtime.backends.base import Backend
 from app.sizing import PoolShape
 
 
@@ -12,12 +12,12 @@ def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: b
            cache_dir: Path | None, fallback_cache_dir: Path | None = None, shape_cache: int = 0) -> Backend:
     """Build (but do not load) the backend called ``name``."""
     if name == "openvino":
-        from app.backends.openvino import OpenVinoBackend
+        from app.runtime.backends.openvino import OpenVinoBackend
 
         return OpenVinoBackend(model_path, shape, runtime_defaults=runtime_defaults, precision=precision,
                                cache_dir=cache_dir, fallback_cache_dir=fallback_cache_dir, shape_cache=shape_cache)
     if name == "onnxruntime":
-        from app.backends.onnxruntime import OnnxRuntimeBackend
+        from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(model_path, shape, runtime_defaults=runtime_defaults)
     raise ValueError(f"unknown backend {name!r}")
@@ -27,6 +27,6 @@ def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None
     """The restore bridge: one ONNX Runtime session shared by all slots, with all the budget's
     threads (the first request after a restore runs alone), opened in about 0.4 s from the graph
     optimized at its first open (kept in ``optimized_dir``)."""
-    from app.backends.onnxruntime import OnnxRuntimeBackend
+    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
     return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir)

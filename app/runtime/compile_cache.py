@@ -19,7 +19,7 @@ the model file (path, size, mtime) and every file's digest match; anything else 
 writable directory and says why. The key is the OpenVINO version, the CPU instruction set family,
 the CPU brand string (because OpenVINO keys on it) and the model's sha256.
 
-``python -m app.compile_cache --model PATH --out DIR`` compiles into ``DIR/<key>/`` through the
+``python -m app.runtime.compile_cache --model PATH --out DIR`` compiles into ``DIR/<key>/`` through the
 server's own backend (same compile properties), reloads it to prove OpenVINO imports it, runs one
 inference on the imported model and writes the manifest.
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.backends.base import Resolved
+    from app.runtime.backends.base import Resolved
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def build(model_path: Path, out: Path, *, precision: str = "f32", streams: int =
           model_sha256: str | None = None) -> Path:
     """Compile ``model_path`` into ``out/<key>/`` with the server's compile properties, prove that OpenVINO
     imports it and that the imported model speaks, and write the manifest. Returns the directory."""
-    from app.backends.openvino import OpenVinoBackend
+    from app.runtime.backends.openvino import OpenVinoBackend
     from app.sizing import read_budget, shape_for
 
     model_path = model_path.resolve()
@@ -275,7 +275,7 @@ def _speak(backend: Any) -> int:
     """One inference on slot 0 with the embedded vocabulary and first voice: audio must come out."""
     import numpy as np
 
-    from app.vocab import Vocab
+    from app.text.vocab import Vocab
     from app.voices import VoiceBank
 
     ids = Vocab.embedded().ids("ðɪs ɪz ɐ tˈɛst ʌv ðə kˈæʃ.")
@@ -298,7 +298,7 @@ def _slug(text: str, keep: str = "") -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.compile_cache",
+    parser = argparse.ArgumentParser(prog="python -m app.runtime.compile_cache",
                                      description="Compile the model ahead of time into DIR/<key>/ (OpenVINO).")
     parser.add_argument("--model", type=Path, required=True, help="the ONNX model the server will load (same path)")
     parser.add_argument("--out", type=Path, required=True, help="root of the baked caches (TTS_BAKED_CACHE_DIR)")

@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.engine import Engine
+from app.http import admin, catalog, health, speech
 from app.metrics import Metrics
-from app.routes import admin, catalog, health, speech
 from app.services import Services, build_engine
 from app.settings import Settings
 from app.sizing import read_budget, shape_for

@@ -1,7 +1,7 @@
 """The inference process: runs the model in a child of the server, so a release can end it.
 
-``python -m app.inference_process READ_FD WRITE_FD`` is started by `app.process_runtime` with
-two pipes. It builds the same `app.runtime.Runtime` the server would run in process (primary
+``python -m app.runtime.child READ_FD WRITE_FD`` is started by `app.runtime.proxy` with
+two pipes. It builds the same `app.runtime.local.Runtime` the server would run in process (primary
 backend, optional bridge) from a picklable `Spec`, then answers messages until told to exit
 or until the server goes away (end of file on its pipe). Not ``PR_SET_PDEATHSIG``: it fires
 when the *thread* that started the child ends, and the server starts it from a worker thread
@@ -31,11 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
-from app.runtime import Runtime
-from app.runtime_spec import Spec, build_runtime
+from app.runtime.local import Runtime
+from app.runtime.spec import Spec, build_runtime
 from lifecycle import pagecache
 
-log = logging.getLogger("app.inference_process")
+log = logging.getLogger("app.runtime.child")
 
 
 class _Child:
