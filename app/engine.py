@@ -24,8 +24,7 @@ import numpy.typing as npt
 from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
-from app.runtime.local import Runtime
-from app.runtime.proxy import ProcessRuntime
+from app.runtime.protocol import Runtime
 from app.text import chunker
 from app.text.frontend import Frontend
 from app.text.vocab import Vocab
@@ -47,7 +46,7 @@ class Plan:
 
 
 class Engine:
-    def __init__(self, runtime: Runtime | ProcessRuntime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
+    def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool) -> None:
         self.runtime = runtime
@@ -84,9 +83,8 @@ class Engine:
     async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
         """Audio of each chunk in order; stops early if the consumer stops iterating."""
         for phonemes in plan.chunks:
-            ids = self.vocab.ids(phonemes)
-            tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-            style = plan.voice.style_for(len(ids))
+            tokens = self.vocab.tokens(phonemes)
+            style = plan.voice.style_for(tokens.shape[1] - 2)  # the style for the phonemes, not the pads
             yield await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed))
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],

@@ -56,12 +56,6 @@ class Unauthorized(ServiceError):
     code = "unauthorized"
 
 
-class Conflict(ServiceError):
-    """The operation conflicts with the server's state (release while requests are in flight)."""
-
-    code = "conflict"
-
-
 class Disabled(ServiceError):
     """The endpoint is switched off by configuration."""
 

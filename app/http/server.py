@@ -31,7 +31,6 @@ STATUS: list[tuple[type[Exception], int, str]] = [
     (errors.InvalidInput, 400, "invalid_request_error"),
     (errors.Unauthorized, 401, "authentication_error"),
     (errors.Disabled, 404, "invalid_request_error"),
-    (errors.Conflict, 409, "invalid_request_error"),
     (Busy, 409, "invalid_request_error"),
     (errors.Overloaded, 429, "rate_limit_error"),
     (errors.Unavailable, 503, "server_error"),

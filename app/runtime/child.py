@@ -1,8 +1,8 @@
 """The inference process: runs the model in a child of the server, so a release can end it.
 
 ``python -m app.runtime.child READ_FD WRITE_FD`` is started by `app.runtime.proxy` with
-two pipes. It builds the same `app.runtime.local.Runtime` the server would run in process (primary
-backend, optional bridge) from a picklable `Spec`, then answers messages until told to exit
+two pipes. It builds the same `app.runtime.local.LocalRuntime` the server would run in process
+(primary backend, optional bridge) from a picklable `Spec`, then answers messages until told to exit
 or until the server goes away (end of file on its pipe). Not ``PR_SET_PDEATHSIG``: it fires
 when the *thread* that started the child ends, and the server starts it from a worker thread
 that ends after 10 idle seconds (the benchmark caught children killed so).
@@ -12,12 +12,7 @@ state and library pages after everything is deleted and trimmed (measured here),
 Runtime more; a process that exits gives all of it back. It also keeps a crash inside a
 runtime (OpenVINO has segfaulted in ``infer`` with bf16) from taking the server with it.
 
-Messages (pickled tuples over `multiprocessing.connection.Connection`):
-- in:  ``("load", "primary" | "bridged")``, ``("infer", id, slot, tokens, style, speed)``,
-  ``("files", id)``, ``("exit",)``
-- out: ``("loaded", Resolved)`` or ``("load_failed", message)``; ``("audio", id, array, backend)``
-  or ``("failed", id, message)``; ``("files", id, paths)``;
-  ``("primary", Resolved)`` when the primary takes over from the bridge.
+The messages are the dataclasses of `app.runtime.messages`, shared with the server's side.
 """
 
 from __future__ import annotations
@@ -29,64 +24,66 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
-from typing import Any
 
-from app.runtime.local import Runtime
+from app.runtime import messages
+from app.runtime.local import LocalRuntime
 from app.runtime.spec import Spec, build_runtime
 from lifecycle import pagecache
 
 log = logging.getLogger("app.runtime.child")
 
 
-class _Child:
-    def __init__(self, inbox: Connection, outbox: Connection, runtime: Runtime, slots: int) -> None:
+class InferenceLoop:
+    """Reads the server's messages and answers them; inferences run on a pool of one thread per slot."""
+
+    def __init__(self, inbox: Connection, outbox: Connection, runtime: LocalRuntime, slots: int) -> None:
         self.inbox = inbox
         self.outbox = outbox
         self.runtime = runtime
         self._send_lock = threading.Lock()
         self._workers = ThreadPoolExecutor(max(1, slots), thread_name_prefix="infer")
-        runtime.on_primary = lambda resolved: self.send(("primary", resolved))
+        runtime.on_primary = lambda resolved: self.send(messages.PrimaryReady(resolved))
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: messages.FromChild) -> None:
         with self._send_lock:
             self.outbox.send(message)
 
     def serve(self) -> None:
         while True:
             try:
-                message = self.inbox.recv()
+                message: messages.ToChild = self.inbox.recv()
             except (EOFError, OSError):
                 return  # the server is gone
-            kind = message[0]
-            if kind == "exit":
-                return
-            if kind == "infer":
-                self._workers.submit(self._infer, *message[1:])
-            elif kind == "load":
-                self._load(message[1])
-            elif kind == "files":
-                # The runtime's files, and every library and module this process loaded: the server
-                # evicts them from the page cache once this process has ended.
-                found = self.runtime.files()
-                found += [p for p in pagecache.loaded_files() if p not in found]
-                self.send(("files", message[1], found))
+            match message:
+                case messages.Exit():
+                    return
+                case messages.Infer():
+                    self._workers.submit(self._infer, message)
+                case messages.Load(mode=mode):
+                    self._load(mode)
+                case messages.ListFiles(ident=ident):
+                    # The runtime's files, and every library and module this process loaded: the server
+                    # evicts them from the page cache once this process has ended.
+                    found = self.runtime.files()
+                    found += [p for p in pagecache.loaded_files() if p not in found]
+                    self.send(messages.Files(ident, found))
 
     def _load(self, mode: str) -> None:
         try:
             resolved = self.runtime.load_bridged() if mode == "bridged" else self.runtime.load_primary()
         except Exception as exc:
             log.exception("loading the %s backend failed", mode)
-            self.send(("load_failed", f"{type(exc).__name__}: {exc}"))
+            self.send(messages.LoadFailed(f"{type(exc).__name__}: {exc}"))
             return
-        self.send(("loaded", resolved))
+        self.send(messages.Loaded(resolved))
 
-    def _infer(self, ident: int, slot: int, tokens: Any, style: Any, speed: float) -> None:
+    def _infer(self, request: messages.Infer) -> None:
         try:
-            audio, backend = self.runtime.infer_named(slot, tokens, style, speed)
+            audio, backend = self.runtime.infer_named(request.slot, request.tokens, request.style, request.speed)
         except Exception as exc:  # reported to the request that asked; the process serves on
-            self.send(("failed", ident, f"{type(exc).__name__}: {exc}"))
+            self.send(messages.Failed(request.ident, f"{type(exc).__name__}: {exc}"))
             return
-        self.send(("audio", ident, audio, backend))
+        self.send(messages.Audio(request.ident, audio, backend))
 
 
 def main(argv: list[str]) -> int:
@@ -101,7 +98,7 @@ def main(argv: list[str]) -> int:
     from lifecycle.trim import limit_arenas
 
     limit_arenas(spec.settings.malloc_arenas)
-    _Child(inbox, outbox, build_runtime(spec), spec.shape.streams).serve()
+    InferenceLoop(inbox, outbox, build_runtime(spec), spec.shape.streams).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their
     # memory all go with the process; nothing here needs an orderly teardown.
     sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""Ahead-of-time OpenVINO compile cache: which cache directory a server uses, and the build-time compile.
+"""Ahead-of-time OpenVINO compile cache: which cache directory a server uses.
 
 What OpenVINO 2026.4 does, measured on this project's model:
 
@@ -19,43 +19,27 @@ the model file (path, size, mtime) and every file's digest match; anything else 
 writable directory and says why. The key is the OpenVINO version, the CPU instruction set family,
 the CPU brand string (because OpenVINO keys on it) and the model's sha256.
 
-``python -m app.runtime.compile_cache --model PATH --out DIR`` compiles into ``DIR/<key>/`` through the
-server's own backend (same compile properties), reloads it to prove OpenVINO imports it, runs one
-inference on the imported model and writes the manifest.
+The build-time compile that makes a baked cache is `app.runtime.build`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
-import os
 import re
-import shutil
-import sys
-import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from app.runtime.backends.base import Resolved
+from app.runtime.cpu import cpu_flags, isa_family
+from app.runtime.modelfile import sha256_of
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 FORMAT = 1
-
-# Most capable first; the names follow the oneDNN ISA levels the CPU plugin picks kernels by.
-_ISA_FAMILIES: tuple[tuple[str, frozenset[str]], ...] = (
-    ("amx", frozenset({"amx_tile", "amx_bf16", "avx512f"})),
-    ("avx512", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})),
-    ("avx2", frozenset({"avx2", "fma"})),
-    ("sse4", frozenset({"sse4_2"})),
-)
 
 
 @dataclass(frozen=True)
@@ -65,7 +49,7 @@ class Target:
     openvino: str
     """``openvino.get_version()`` of the runtime."""
     isa: str
-    """CPU instruction set family (`isa_family`)."""
+    """CPU instruction set family (`app.runtime.cpu.isa_family`)."""
     device: str
     """OpenVINO's ``FULL_DEVICE_NAME`` for the CPU, the only caching property of its CPU plugin."""
 
@@ -77,35 +61,13 @@ class Target:
                    device=str(ov.Core().get_property("CPU", "FULL_DEVICE_NAME")))
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The CPU feature flags the kernel reports (first processor); empty when unreadable."""
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip() in ("flags", "Features"):
-            return frozenset(value.split())
-    return frozenset()
-
-
-def isa_family(flags: Iterable[str]) -> str:
-    """``amx``, ``avx512``, ``avx2``, ``sse4`` or ``generic``: the best family all of whose flags are present."""
-    present = set(flags)
-    for name, needed in _ISA_FAMILIES:
-        if needed <= present:
-            return name
-    return "generic"
-
-
 def cache_key(model_path: Path, model_sha256: str | None = None, *, target: Target | None = None) -> str:
     """Filesystem-safe key of a compile cache: OpenVINO version, ISA family, CPU model and model hash.
 
     ``model_sha256`` saves hashing the model when the caller knows it; ``target`` defaults to this machine.
     """
     target = target or Target.here()
-    digest = model_sha256 or _sha256_of(model_path)
+    digest = model_sha256 or sha256_of(model_path)
     # "2026.4.1-22982-e213a147257-releases/2026/4" -> "2026.4.1-22982": release and build number.
     version = "-".join(target.openvino.split("-")[:2])
     device = _slug(target.device)[:40] + "-" + hashlib.sha256(target.device.encode()).hexdigest()[:6]
@@ -123,7 +85,7 @@ def choose(baked: Path | None, writable: Path, model_path: Path, model_sha256: s
     target = target or Target.here()
     model_path = model_path.resolve()
     manifests = _manifests(baked) if baked is not None else {}
-    model_sha256 = model_sha256 or _known_digest(model_path, manifests.values()) or _sha256_of(model_path)
+    model_sha256 = model_sha256 or _known_digest(model_path, manifests.values()) or sha256_of(model_path)
     key = cache_key(model_path, model_sha256, target=target)
     fallback = writable / key
     if baked is None:
@@ -191,7 +153,7 @@ def _problem(directory: Path, manifest: dict[str, Any], model_path: Path, verify
             size = path.stat().st_size
             if size != expected.get("size"):
                 return f"{name} has {size} bytes, expected {expected.get('size')}"
-            if verify and _sha256_of(path) != expected.get("sha256"):
+            if verify and sha256_of(path) != expected.get("sha256"):
                 return f"{name} does not match its sha256"
         except OSError as exc:
             return f"{name}: {exc.strerror or exc}"
@@ -202,7 +164,7 @@ def write_manifest(directory: Path, key: str, model_path: Path, model_sha256: st
                    extra: dict[str, Any]) -> dict[str, Any]:
     """Describe the cache in ``directory`` (what it is for, each file's size and sha256)."""
     stat = model_path.stat()
-    files = {p.name: {"size": p.stat().st_size, "sha256": _sha256_of(p)}
+    files = {p.name: {"size": p.stat().st_size, "sha256": sha256_of(p)}
              for p in sorted(directory.iterdir()) if p.is_file() and p.name != MANIFEST}
     manifest = {
         "format": FORMAT,
@@ -219,105 +181,6 @@ def write_manifest(directory: Path, key: str, model_path: Path, model_sha256: st
     return manifest
 
 
-def build(model_path: Path, out: Path, *, precision: str = "f32", streams: int = 0, threads_per_stream: int = 0,
-          model_sha256: str | None = None) -> Path:
-    """Compile ``model_path`` into ``out/<key>/`` with the server's compile properties, prove that OpenVINO
-    imports it and that the imported model speaks, and write the manifest. Returns the directory."""
-    from app.runtime.backends.openvino import OpenVinoBackend
-    from app.sizing import read_budget, shape_for
-
-    model_path = model_path.resolve()
-    target = Target.here()
-    digest = model_sha256 or _sha256_of(model_path)
-    key = cache_key(model_path, digest, target=target)
-    directory = out / key
-    shutil.rmtree(directory, ignore_errors=True)
-    # OpenVINO's key ignores streams and threads, so any shape yields the blob the server will find;
-    # the server's own sizing rule keeps the build's compile like the server's.
-    shape = shape_for(read_budget(), streams, threads_per_stream)
-
-    def backend() -> OpenVinoBackend:
-        return OpenVinoBackend(model_path, shape, runtime_defaults=False, precision=precision, cache_dir=directory)
-
-    compiled = _in_thread(backend().load)
-    if not any(p.suffix == ".blob" for p in directory.iterdir()):
-        raise RuntimeError(f"OpenVINO wrote no blob into {directory}")
-    check = backend()
-    imported = _in_thread(check.load)
-    if not imported.from_cache:
-        raise RuntimeError(f"OpenVINO did not import the cache it just wrote in {directory}")
-    samples = _speak(check)
-    check.unload()
-    write_manifest(directory, key, model_path, digest, target, {
-        "created_unix": int(time.time()),
-        "config": compiled.extra.get("config", {}),
-        "compile_s": round(compiled.load_s, 2),
-        "import_s": round(imported.load_s, 2),
-        "smoke_samples": samples,
-    })
-    # OpenVINO writes blobs 0440; the server runs as another (non-root) user than the build.
-    for path in [directory, *directory.iterdir()]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    log.info("compiled %s into %s in %.1f s; import %.1f s; smoke inference %d samples", model_path, directory,
-             compiled.load_s, imported.load_s, samples)
-    return directory
-
-
-def _in_thread(load: Callable[[], Resolved]) -> Resolved:
-    """Run ``load`` in a worker thread, as the server does, so the build compiles the way a server start
-    would. It mattered once (AMD EPYC, OpenVINO 2026.4.1): with ``CPU_DENORMALS_OPTIMIZATION=YES``, a compile
-    on the main thread left every later inference failing a Broadcast shape check; on another thread it spoke."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(load).result()
-
-
-def _speak(backend: Any) -> int:
-    """One inference on slot 0 with the embedded vocabulary and first voice: audio must come out."""
-    import numpy as np
-
-    from app.text.vocab import Vocab
-    from app.voices import VoiceBank
-
-    ids = Vocab.embedded().ids("ðɪs ɪz ɐ tˈɛst ʌv ðə kˈæʃ.")
-    voices = VoiceBank.load(None)
-    style = voices.resolve(voices.names[0]).style_for(len(ids))
-    audio = backend.infer(0, np.array([[0, *ids, 0]], dtype=np.int64), style, 1.0)
-    if audio.size == 0 or not np.isfinite(audio).all():
-        raise RuntimeError(f"the imported model produced no usable audio ({audio.size} samples)")
-    return int(audio.size)
-
-
-def _sha256_of(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 def _slug(text: str, keep: str = "") -> str:
     allowed = re.escape(keep)
     return re.sub(rf"[^a-z0-9{allowed}-]+", "-", text.lower()).strip("-") or "unknown"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.runtime.compile_cache",
-                                     description="Compile the model ahead of time into DIR/<key>/ (OpenVINO).")
-    parser.add_argument("--model", type=Path, required=True, help="the ONNX model the server will load (same path)")
-    parser.add_argument("--out", type=Path, required=True, help="root of the baked caches (TTS_BAKED_CACHE_DIR)")
-    parser.add_argument("--sha256", default=None, help="the model's sha256, if known (saves hashing it)")
-    parser.add_argument("--precision", default="f32", help="as TTS_PRECISION")
-    parser.add_argument("--streams", type=int, default=0, help="as TTS_STREAMS (not part of OpenVINO's key)")
-    parser.add_argument("--threads-per-stream", type=int, default=0, help="as TTS_THREADS_PER_STREAM")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.model.is_file():
-        log.error("model file %s does not exist", args.model)
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    directory = build(args.model, args.out, precision=args.precision, streams=args.streams,
-                      threads_per_stream=args.threads_per_stream, model_sha256=args.sha256)
-    os.chmod(args.out, 0o755)
-    log.info("baked compile cache ready: %s", directory)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,7 +33,9 @@ PRIMARY_WAIT_S = 5.0
 """Longest wait for the bridge's first inference before the primary starts loading anyway."""
 
 
-class Runtime:
+class LocalRuntime:
+    """The backends in this process (`app.runtime.protocol.Runtime`): the primary, and the bridge if any."""
+
     def __init__(self, primary: Backend, bridge: Backend | None = None) -> None:
         self.primary = primary
         self.bridge = bridge
@@ -47,7 +49,6 @@ class Runtime:
         self._loader: threading.Thread | None = None
         self._bridge_served = threading.Event()
         self._stop_loading = False
-        self.load_error: str | None = None
         self.on_primary: Callable[[Resolved], None] | None = None
         """Called (from the loader thread) when the primary takes over from the bridge."""
 
@@ -83,13 +84,6 @@ class Runtime:
         self._loader.start()
         return opened
 
-    def wait_primary(self, timeout: float | None = None) -> bool:
-        """Block until a background primary load ends; True if the primary is now serving."""
-        loader = self._loader
-        if loader is not None:
-            loader.join(timeout)
-        return self._active is self.primary
-
     def _load_primary_behind(self) -> None:
         # Start once the bridge has served its first inference: the request that caused the restore
         # is waiting for it, and on few CPUs the load would slow it down (measured: first audio
@@ -105,8 +99,7 @@ class Runtime:
             pass
         try:
             resolved = self.primary.load()
-        except Exception as exc:  # the bridge keeps serving; the next release/restore retries
-            self.load_error = f"{type(exc).__name__}: {exc}"
+        except Exception:  # the bridge keeps serving; the next release/restore retries
             log.exception("primary backend failed to load behind the bridge; the bridge keeps serving")
             return
         self.resolved = resolved

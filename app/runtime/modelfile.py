@@ -102,11 +102,9 @@ def assemble(directory: Path) -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    hasher = hashlib.sha256()
+    """The file's sha256, hex (the one hashing helper: model files, compile-cache blobs)."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(block)
-    return hasher.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _stamp(path: Path, digest: str) -> str:

@@ -1,9 +1,9 @@
 """The runtime, run in a child process (`app.runtime.child`) that a release ends.
 
-`ProcessRuntime` offers what `app.runtime.local.Runtime` offers (load, infer, unload, files) and
-forwards each call over two pipes. ``load_*`` starts the child when none runs; ``unload``
-tells it to exit and waits, so after a release the server holds no runtime memory at all:
-no heap, no plugin state, no library pages.
+`ProcessRuntime` is an `app.runtime.protocol.Runtime`, as `app.runtime.local.LocalRuntime` is, and
+forwards each call over two pipes (the messages are `app.runtime.messages`). ``load_*`` starts the
+child when none runs; ``unload`` tells it to exit and waits, so after a release the server holds
+no runtime memory at all: no heap, no plugin state, no library pages.
 
 Threads: ``load_*``/``unload``/``files`` come from the lifecycle's worker thread, one at a
 time; ``infer`` from the pool's worker threads, each waiting for its own answer. One reader
@@ -14,7 +14,6 @@ request.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import logging
 import os
@@ -22,14 +21,16 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from app.runtime import backends, messages
 from app.runtime.backends.base import Resolved
 from app.runtime.spec import Spec
 
@@ -42,7 +43,7 @@ class WorkerGone(RuntimeError):
     """The inference process ended while a call waited for it."""
 
 
-class _Child:
+class _ChildProcess:
     """One running inference process and its pipes."""
 
     def __init__(self, module: str, spec: Spec) -> None:
@@ -62,7 +63,7 @@ class _Child:
         """Set (under the runtime's lock) once its reader saw the end of the pipe."""
         self.send(spec)
 
-    def send(self, message: Any) -> None:
+    def send(self, message: messages.ToChild | Spec) -> None:
         with self.send_lock:
             self.outbox.send(message)
 
@@ -75,6 +76,8 @@ class _Child:
 
 
 class ProcessRuntime:
+    """The runtime in an inference process (see the module docstring)."""
+
     child_module = "app.runtime.child"
     """The module run as the child; tests swap in one that injects faults."""
 
@@ -82,12 +85,11 @@ class ProcessRuntime:
         self.spec = spec
         self.resolved: Resolved | None = None
         self.served: Counter[str] = Counter()
-        self.load_error: str | None = None
         self._active: str | None = None
-        self._child: _Child | None = None
+        self._child: _ChildProcess | None = None
         self._reader: threading.Thread | None = None
-        self._pending: dict[int, Future[Any]] = {}
-        self._loaded: Future[Any] | None = None
+        self._pending: dict[int, Future[messages.FromChild]] = {}
+        self._loaded: Future[Resolved] | None = None
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
@@ -118,16 +120,16 @@ class ProcessRuntime:
     def load_bridged(self) -> Resolved:
         return self._load("bridged")
 
-    def _load(self, mode: str) -> Resolved:
+    def _load(self, mode: Literal["primary", "bridged"]) -> Resolved:
         if self._child is not None and self._child.process.poll() is not None:
             self._reap()  # died since: start afresh
         if self._child is None:
             self._start()
         assert self._child is not None
         self._loaded = Future()
-        self._child.send(("load", mode))
+        self._child.send(messages.Load(mode))
         try:
-            resolved: Resolved = self._loaded.result()
+            resolved = self._loaded.result()
         except WorkerGone:
             self._reap()
             raise
@@ -137,7 +139,7 @@ class ProcessRuntime:
         return resolved
 
     def _start(self) -> None:
-        self._child = _Child(self.child_module, self.spec)
+        self._child = _ChildProcess(self.child_module, self.spec)
         self._reader = threading.Thread(target=self._read, args=(self._child,), name="inference-reader", daemon=True)
         self._reader.start()
         log.info("inference process %d started", self._child.process.pid)
@@ -148,27 +150,16 @@ class ProcessRuntime:
         found: list[Path] = []
         if self._child is not None and self._child.process.poll() is None:
             try:
-                found = self._call(("files",), timeout=EXIT_WAIT_S)
+                answer = self._call(messages.ListFiles, timeout=EXIT_WAIT_S)
+                assert isinstance(answer, messages.Files)
+                found = answer.paths
             except (WorkerGone, TimeoutError):
                 pass
         listed = set(found)
-        return found + [p for p in self._candidates() if p not in listed]
-
-    def _candidates(self) -> list[Path]:
-        """The model, every compile cache and bridge graph, and the runtimes' libraries."""
-        settings = self.spec.settings
-        roots = [self.spec.writable / "openvino", self.spec.writable / "onnxruntime", settings.cache_dir / "openvino"]
-        if settings.baked_cache_dir is not None:
-            roots.append(settings.baked_cache_dir)
-        for package in ("openvino", "onnxruntime"):
-            spec = importlib.util.find_spec(package)
-            if spec is not None and spec.submodule_search_locations:
-                roots.extend(Path(p) for p in spec.submodule_search_locations)
-        found = [self.spec.model_path]
-        for root in dict.fromkeys(roots):
-            if root.is_dir():
-                found.extend(p for p in root.rglob("*") if p.is_file())
-        return found
+        spec = self.spec
+        unlisted = backends.unlisted_files(spec.model_path, spec.writable, spec.settings.cache_dir,
+                                           spec.settings.baked_cache_dir)
+        return found + [p for p in unlisted if p not in listed]
 
     def unload(self) -> None:
         """End the child and wait for it: its memory is the operating system's again."""
@@ -177,7 +168,7 @@ class ProcessRuntime:
         if child is None:
             return
         try:
-            child.send(("exit",))
+            child.send(messages.Exit())
         except OSError:
             pass  # already gone
         try:
@@ -194,63 +185,60 @@ class ProcessRuntime:
               speed: float) -> npt.NDArray[np.float32]:
         if self._active is None:
             raise RuntimeError("no backend is loaded")
-        audio, backend = self._call(("infer", slot, tokens, style, speed))
+        answer = self._call(lambda ident: messages.Infer(ident, slot, tokens, style, speed))
+        assert isinstance(answer, messages.Audio)
         with self._lock:
-            self.served[backend] += 1
-        result: npt.NDArray[np.float32] = audio
-        return result
+            self.served[answer.backend] += 1
+        return answer.audio
 
     # --- plumbing ------------------------------------------------------------------------------
 
-    def _call(self, message: tuple[Any, ...], timeout: float | None = None) -> Any:
+    def _call(self, message: Callable[[int], messages.ToChild], timeout: float | None = None) -> messages.FromChild:
+        """Send ``message(ident)`` and wait for the answer that carries the same ident."""
         child = self._child
         if child is None:
             raise WorkerGone("the inference process is not running")
         ident = next(self._ids)
-        future: Future[Any] = Future()
+        future: Future[messages.FromChild] = Future()
         with self._lock:
             if child.ended:
                 raise WorkerGone(f"the inference process ended (exit status {child.process.poll()})")
             self._pending[ident] = future
         try:
-            child.send((message[0], ident, *message[1:]))
+            child.send(message(ident))
         except OSError as exc:
             with self._lock:
                 self._pending.pop(ident, None)
             raise WorkerGone(f"the inference process is gone ({exc})") from exc
         return future.result(timeout)
 
-    def _read(self, child: _Child) -> None:
+    def _read(self, child: _ChildProcess) -> None:
         while True:
             try:
-                message = child.inbox.recv()
+                message: messages.FromChild = child.inbox.recv()
             except (EOFError, OSError):
                 break
-            kind = message[0]
-            if kind in ("audio", "failed", "files"):
-                with self._lock:
-                    future = self._pending.pop(message[1], None)
-                if future is None:
-                    continue
-                if kind == "audio":
-                    future.set_result((message[2], message[3]))
-                elif kind == "failed":
-                    future.set_exception(RuntimeError(message[2]))
-                else:
-                    future.set_result(message[2])
-            elif kind in ("loaded", "load_failed") and self._loaded is not None:
-                if kind == "loaded":
-                    self._loaded.set_result(message[1])
-                else:
-                    self.load_error = message[1]
-                    self._loaded.set_exception(RuntimeError(message[1]))
-            elif kind == "primary":
-                self.resolved = message[1]
-                if self._active is not None:
-                    self._active = message[1].backend
+            match message:
+                case messages.Audio(ident=ident) | messages.Files(ident=ident) | messages.Failed(ident=ident):
+                    with self._lock:
+                        future = self._pending.pop(ident, None)
+                    if future is None:
+                        continue
+                    if isinstance(message, messages.Failed):
+                        future.set_exception(RuntimeError(message.message))
+                    else:
+                        future.set_result(message)
+                case messages.Loaded(resolved=resolved) if self._loaded is not None:
+                    self._loaded.set_result(resolved)
+                case messages.LoadFailed(message=why) if self._loaded is not None:
+                    self._loaded.set_exception(RuntimeError(why))
+                case messages.PrimaryReady(resolved=resolved):
+                    self.resolved = resolved
+                    if self._active is not None:
+                        self._active = resolved.backend
         self._fail_waiting(child)
 
-    def _fail_waiting(self, child: _Child) -> None:
+    def _fail_waiting(self, child: _ChildProcess) -> None:
         code = child.process.poll()
         gone = WorkerGone(f"the inference process ended (exit status {code})")
         with self._lock:

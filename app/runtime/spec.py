@@ -16,7 +16,7 @@ from pathlib import Path
 from app.runtime import backends, modelfile
 from app.runtime.backends.base import Backend
 from app.runtime.backends.deferred import Deferred
-from app.runtime.local import Runtime
+from app.runtime.local import LocalRuntime
 from app.settings import Settings
 from app.sizing import PoolShape
 
@@ -38,12 +38,12 @@ class Spec:
         return self.settings.restore_bridge and self.settings.backend == "openvino"
 
 
-def build_runtime(spec: Spec) -> Runtime:
+def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.model_path, spec.shape, spec.writable / "onnxruntime")
               if spec.has_bridge else None)
-    return Runtime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge)
+    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge)
 
 
 def _primary(spec: Spec) -> Backend:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.runtime import compile_cache, modelfile
-from app.runtime.compile_cache import Target, cache_key, choose, cpu_flags, isa_family, write_manifest
+from app.runtime import build, compile_cache, modelfile
+from app.runtime.compile_cache import Target, cache_key, choose, write_manifest
+from app.runtime.cpu import cpu_flags, isa_family
 
 HERE = Target(openvino="2026.4.1-22982-e213a147257-releases/2026/4", isa="avx2", device="AMD EPYC")
 SHA = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
@@ -27,12 +28,12 @@ def model(tmp_path: Path) -> Path:
 
 
 def bake(baked: Path, model: Path, target: Target = HERE, blob: bytes = b"compiled" * 1000) -> Path:
-    """A baked cache as ``python -m app.runtime.compile_cache`` leaves it, without compiling anything."""
+    """A baked cache as ``python -m app.runtime.build`` leaves it, without compiling anything."""
     key = cache_key(model.resolve(), None, target=target)
     directory = baked / key
     directory.mkdir(parents=True)
     (directory / "123456789.blob").write_bytes(blob)
-    write_manifest(directory, key, model.resolve(), compile_cache._sha256_of(model), target, {})
+    write_manifest(directory, key, model.resolve(), compile_cache.sha256_of(model), target, {})
     return directory
 
 
@@ -68,7 +69,7 @@ def test_key_changes_with_what_makes_a_blob_valid(model: Path) -> None:
 
 
 def test_key_hashes_the_model_when_no_digest_is_given(model: Path) -> None:
-    assert cache_key(model, None, target=HERE) == cache_key(model, compile_cache._sha256_of(model), target=HERE)
+    assert cache_key(model, None, target=HERE) == cache_key(model, compile_cache.sha256_of(model), target=HERE)
 
 
 def test_choose_uses_the_baked_cache_when_the_key_matches(tmp_path: Path, model: Path) -> None:
@@ -133,8 +134,8 @@ def test_choose_takes_the_model_digest_from_a_matching_manifest(tmp_path: Path, 
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     directory = bake(tmp_path / "baked", model)
     hashed: list[Path] = []
-    real = compile_cache._sha256_of
-    monkeypatch.setattr(compile_cache, "_sha256_of", lambda p: hashed.append(p) or real(p))
+    real = compile_cache.sha256_of
+    monkeypatch.setattr(compile_cache, "sha256_of", lambda p: hashed.append(p) or real(p))
     assert choose(tmp_path / "baked", tmp_path / "rw", model, None, target=HERE)[0] == directory
     assert model.resolve() not in hashed  # only the blob was hashed, not the model
 
@@ -150,7 +151,7 @@ def real_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def baked_real(tmp_path_factory: pytest.TempPathFactory, real_model: Path) -> Path:
     out = tmp_path_factory.mktemp("baked")
-    return compile_cache.build(real_model, out, model_sha256=modelfile.expected_sha256())
+    return build.build(real_model, out, model_sha256=modelfile.expected_sha256())
 
 
 def _load(model: Path, cache: Path) -> tuple[bool | None, float]:
@@ -158,7 +159,7 @@ def _load(model: Path, cache: Path) -> tuple[bool | None, float]:
     from app.sizing import PoolShape
 
     backend = OpenVinoBackend(model, PoolShape(1, 1), runtime_defaults=False, precision="f32", cache_dir=cache)
-    with ThreadPoolExecutor(1) as pool:  # as the server: compile off the main thread (see compile_cache._in_thread)
+    with ThreadPoolExecutor(1) as pool:  # as the server: compile off the main thread (see build._in_thread)
         resolved = pool.submit(backend.load).result()
     backend.unload()
     return resolved.from_cache, resolved.load_s

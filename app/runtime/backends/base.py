@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,3 +56,11 @@ class Backend(Protocol):
     def files(self) -> list[Path]:
         """Files read to build inference state (model, compile cache): evicted on release."""
         ...
+
+
+def package_dirs(package: str) -> list[Path]:
+    """Where an installed runtime's files live (its libraries and plugins), found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(p) for p in spec.submodule_search_locations]

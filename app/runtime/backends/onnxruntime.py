@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime.backends.base import Resolved
+from app.runtime import cpu
+from app.runtime.backends.base import Resolved, package_dirs
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -105,11 +106,8 @@ class OnnxRuntimeBackend:
         """Where the optimized graph for this model, runtime and CPU lives (None: not kept)."""
         if self._optimized_dir is None:
             return None
-        from app.runtime.compile_cache import cpu_flags, isa_family
-
         stat = self._model_path.stat()
-        isa = isa_family(cpu_flags())
-        name = f"{self._model_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-ort{version}-{isa}.onnx"
+        name = f"{self._model_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-ort{version}-{cpu.family()}.onnx"
         return self._optimized_dir / name
 
     def unload(self) -> None:
@@ -126,3 +124,9 @@ class OnnxRuntimeBackend:
         if self._optimized_dir is not None and self._optimized_dir.is_dir():
             found.extend(p for p in self._optimized_dir.iterdir() if p.is_file())
         return found
+
+
+def page_cache_roots(writable: Path) -> list[Path]:
+    """Where an ONNX Runtime process may have read files it did not list: the bridge's optimized graph
+    and ONNX Runtime's own libraries."""
+    return [writable / "onnxruntime", *package_dirs("onnxruntime")]

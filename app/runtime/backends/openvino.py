@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime.backends.base import Resolved
+from app.runtime.backends.base import Resolved, package_dirs
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,16 @@ class OpenVinoBackend:
         if self._cache_dir is not None and self._cache_dir.is_dir():
             found.extend(p for p in self._cache_dir.iterdir() if p.is_file())
         return found
+
+
+def page_cache_roots(writable: Path, configured: Path, baked: Path | None) -> list[Path]:
+    """Where an OpenVINO process may have read files it did not list yet (a background load cut short
+    by a release): its compile caches (writable, the configured one when read-only, the baked ones) and
+    OpenVINO's own libraries and plugins."""
+    roots = [writable / "openvino", configured / "openvino"]
+    if baked is not None:
+        roots.append(baked)
+    return roots + package_dirs("openvino")
 
 
 def _property(compiled: Any, name: str, default: Any) -> Any:

@@ -1,0 +1,117 @@
+"""The build-time compile: ``python -m app.runtime.build --model PATH --out DIR``.
+
+Compiles the model into ``DIR/<key>/`` (the key of `app.runtime.compile_cache`) through the server's
+own OpenVINO backend (same compile properties), reloads it to prove OpenVINO imports it, runs one
+inference on the imported model and writes the manifest that `app.runtime.compile_cache.choose`
+checks before a server uses the directory. The image build runs it (see Containerfile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from app.runtime.backends.base import Backend, Resolved
+from app.runtime.backends.openvino import OpenVinoBackend
+from app.runtime.compile_cache import Target, cache_key, write_manifest
+from app.runtime.modelfile import sha256_of
+from app.sizing import read_budget, shape_for
+from app.text.vocab import Vocab
+from app.voices import VoiceBank
+
+log = logging.getLogger(__name__)
+
+
+def build(model_path: Path, out: Path, *, precision: str = "f32", streams: int = 0, threads_per_stream: int = 0,
+          model_sha256: str | None = None) -> Path:
+    """Compile ``model_path`` into ``out/<key>/`` with the server's compile properties, prove that OpenVINO
+    imports it and that the imported model speaks, and write the manifest. Returns the directory."""
+    model_path = model_path.resolve()
+    target = Target.here()
+    digest = model_sha256 or sha256_of(model_path)
+    key = cache_key(model_path, digest, target=target)
+    directory = out / key
+    shutil.rmtree(directory, ignore_errors=True)
+    # OpenVINO's key ignores streams and threads, so any shape yields the blob the server will find;
+    # the server's own sizing rule keeps the build's compile like the server's.
+    shape = shape_for(read_budget(), streams, threads_per_stream)
+
+    def backend() -> OpenVinoBackend:
+        return OpenVinoBackend(model_path, shape, runtime_defaults=False, precision=precision, cache_dir=directory)
+
+    compiled = _in_thread(backend().load)
+    if not any(p.suffix == ".blob" for p in directory.iterdir()):
+        raise RuntimeError(f"OpenVINO wrote no blob into {directory}")
+    check = backend()
+    imported = _in_thread(check.load)
+    if not imported.from_cache:
+        raise RuntimeError(f"OpenVINO did not import the cache it just wrote in {directory}")
+    samples = _speak(check)
+    check.unload()
+    write_manifest(directory, key, model_path, digest, target, {
+        "created_unix": int(time.time()),
+        "config": compiled.extra.get("config", {}),
+        "compile_s": round(compiled.load_s, 2),
+        "import_s": round(imported.load_s, 2),
+        "smoke_samples": samples,
+    })
+    # OpenVINO writes blobs 0440; the server runs as another (non-root) user than the build.
+    for path in [directory, *directory.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    log.info("compiled %s into %s in %.1f s; import %.1f s; smoke inference %d samples", model_path, directory,
+             compiled.load_s, imported.load_s, samples)
+    return directory
+
+
+def _in_thread(load: Callable[[], Resolved]) -> Resolved:
+    """Run ``load`` in a worker thread, as the server does, so the build compiles the way a server start
+    would. It mattered once (AMD EPYC, OpenVINO 2026.4.1): with ``CPU_DENORMALS_OPTIMIZATION=YES``, a compile
+    on the main thread left every later inference failing a Broadcast shape check; on another thread it spoke."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(load).result()
+
+
+def _speak(backend: Backend) -> int:
+    """One inference on slot 0 with the embedded vocabulary and first voice: audio must come out."""
+    tokens = Vocab.embedded().tokens("ðɪs ɪz ɐ tˈɛst ʌv ðə kˈæʃ.")
+    voices = VoiceBank.load(None)
+    style = voices.resolve(voices.names[0]).style_for(tokens.shape[1] - 2)
+    audio = backend.infer(0, tokens, style, 1.0)
+    if audio.size == 0 or not np.isfinite(audio).all():
+        raise RuntimeError(f"the imported model produced no usable audio ({audio.size} samples)")
+    return int(audio.size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.runtime.build",
+                                     description="Compile the model ahead of time into DIR/<key>/ (OpenVINO).")
+    parser.add_argument("--model", type=Path, required=True, help="the ONNX model the server will load (same path)")
+    parser.add_argument("--out", type=Path, required=True, help="root of the baked caches (TTS_BAKED_CACHE_DIR)")
+    parser.add_argument("--sha256", default=None, help="the model's sha256, if known (saves hashing it)")
+    parser.add_argument("--precision", default="f32", help="as TTS_PRECISION")
+    parser.add_argument("--streams", type=int, default=0, help="as TTS_STREAMS (not part of OpenVINO's key)")
+    parser.add_argument("--threads-per-stream", type=int, default=0, help="as TTS_THREADS_PER_STREAM")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.model.is_file():
+        log.error("model file %s does not exist", args.model)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    directory = build(args.model, args.out, precision=args.precision, streams=args.streams,
+                      threads_per_stream=args.threads_per_stream, model_sha256=args.sha256)
+    os.chmod(args.out, 0o755)
+    log.info("baked compile cache ready: %s", directory)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""The CPU's instruction set family: part of every cache that holds CPU-specific code or layouts.
+
+OpenVINO's compiled blobs (`app.runtime.compile_cache`) and ONNX Runtime's saved, optimized graph
+(`app.runtime.backends.onnxruntime`) both hold kernels or layouts chosen for the CPU they were
+made on, so both name their caches by the family found here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+# Most capable first; the names follow the oneDNN ISA levels the CPU plugin picks kernels by.
+_ISA_FAMILIES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("amx", frozenset({"amx_tile", "amx_bf16", "avx512f"})),
+    ("avx512", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})),
+    ("avx2", frozenset({"avx2", "fma"})),
+    ("sse4", frozenset({"sse4_2"})),
+)
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU feature flags the kernel reports (first processor); empty when unreadable."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+def isa_family(flags: Iterable[str]) -> str:
+    """``amx``, ``avx512``, ``avx2``, ``sse4`` or ``generic``: the best family all of whose flags are present."""
+    present = set(flags)
+    for name, needed in _ISA_FAMILIES:
+        if needed <= present:
+            return name
+    return "generic"
+
+
+def family() -> str:
+    """This machine's family."""
+    return isa_family(cpu_flags())

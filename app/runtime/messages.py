@@ -1,0 +1,95 @@
+"""What the server and the inference process say to each other over their pipes.
+
+Pickled over `multiprocessing.connection.Connection`: the server (`app.runtime.proxy`) sends a
+`Spec <app.runtime.spec.Spec>` once, then `ToChild` messages; the inference process
+(`app.runtime.child`) answers with `FromChild` messages. A request that expects an answer carries
+an ``ident`` that its answer repeats, so answers may come back in any order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from app.runtime.backends.base import Resolved
+
+# --- server -> inference process ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Load:
+    """Load a backend: the primary, or the bridge with the primary loading behind it."""
+
+    mode: Literal["primary", "bridged"]
+
+
+@dataclass(frozen=True)
+class Infer:
+    ident: int
+    slot: int
+    tokens: npt.NDArray[np.int64]
+    style: npt.NDArray[np.float32]
+    speed: float
+
+
+@dataclass(frozen=True)
+class ListFiles:
+    """Which files the process read (to evict from the page cache once it has ended)."""
+
+    ident: int
+
+
+@dataclass(frozen=True)
+class Exit:
+    """End now; nothing is in flight (the lifecycle releases only when idle)."""
+
+
+ToChild = Load | Infer | ListFiles | Exit
+
+# --- inference process -> server ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loaded:
+    resolved: Resolved
+
+
+@dataclass(frozen=True)
+class LoadFailed:
+    message: str
+
+
+@dataclass(frozen=True)
+class Audio:
+    ident: int
+    audio: npt.NDArray[np.float32]
+    backend: str
+    """The backend that made it (the bridge or the primary)."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    """One inference failed; the process serves on."""
+
+    ident: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Files:
+    ident: int
+    paths: list[Path]
+
+
+@dataclass(frozen=True)
+class PrimaryReady:
+    """The primary took over from the bridge (sent unasked, from the background load)."""
+
+    resolved: Resolved
+
+
+FromChild = Loaded | LoadFailed | Audio | Failed | Files | PrimaryReady
