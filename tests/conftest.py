@@ -19,6 +19,22 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def in_ci() -> bool:
+    """``CI`` is set (as `.ci/run` sets it)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(available: bool, reason: str, *, provided: bool = False) -> None:
+    """Skip a test that needs what this machine lacks, saying why; fail instead in CI, or where the
+    machine ``provided`` the tool but it does not work: there a skip would hide a broken setup."""
+    if available:
+        return
+    if in_ci() or provided:
+        pytest.fail(f"{reason} ({'CI is set' if in_ci() else 'the tool is installed'}, so this is a failure)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache (assembled model + OpenVINO compile cache) shared by every test server."""

@@ -27,6 +27,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.conftest import require
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,12 +76,11 @@ def report() -> Report:
 
 @pytest.fixture(scope="module")
 def image(report: Report) -> str:
-    if shutil.which("podman") is None:
-        pytest.skip(f"podman is not installed: {SETUP}")
-    if podman("info", check=False, timeout=60).returncode != 0:
-        pytest.skip(f"podman does not work here: {SETUP}")
-    if podman("image", "exists", BASE, check=False).returncode != 0:
-        pytest.skip(f"base image {BASE} is not present locally (set TTS_CONTAINER_BASE, or run podman-setup.sh)")
+    require(shutil.which("podman") is not None, f"podman is not installed: {SETUP}")
+    require(podman("info", check=False, timeout=60).returncode == 0, f"podman does not work here: {SETUP}",
+            provided=True)
+    require(podman("image", "exists", BASE, check=False).returncode == 0,
+            f"base image {BASE} is not present locally (set TTS_CONTAINER_BASE, or run podman-setup.sh)", provided=True)
     args = ["build", "--build-arg", f"BASE={BASE}", "-t", IMAGE, "-f", "Containerfile"]
     if PIP_CERT.is_file():  # the pip proxy's CA, as a build secret: used by pip, never stored in the image
         args += ["--secret", f"id=pipcert,src={PIP_CERT}"]

@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from app.runtime import modelfile
-from tests.conftest import ROOT, LiveServer, live_server
+from tests.conftest import ROOT, LiveServer, live_server, require
 
 TEXT = "A fault elsewhere must not touch this sentence."
 TWO_CHUNKS = "Short one. This second sentence is long enough to go well over forty phoneme tokens, surely."
@@ -44,7 +44,13 @@ def can_unshare() -> bool:
         ["unshare", "-rm", "true"], capture_output=True).returncode == 0
 
 
-needs_unshare = pytest.mark.skipif(not can_unshare(), reason="needs unprivileged user and mount namespaces")
+@pytest.fixture(scope="session")
+def namespaces() -> None:
+    """Unprivileged user and mount namespaces (``unshare -rm``); a failure rather than a skip in CI."""
+    require(can_unshare(), "needs unprivileged user and mount namespaces (unshare -rm)")
+
+
+needs_unshare = pytest.mark.usefixtures("namespaces")
 
 
 def in_namespace(setup: str) -> tuple[str, ...]:
