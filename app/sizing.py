@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from lifecycle import cgroup
+
 
 @dataclass(frozen=True)
 class CpuBudget:
@@ -83,36 +85,16 @@ def read_budget(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc"))
 
 def read_quota(root: Path, proc: Path = Path("/proc")) -> float | None:
     """CFS quota in CPUs from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; None if unlimited."""
-    for directory in _cgroup_dirs(root, proc, v2_name="", v1_names=("cpu", "cpu,cpuacct")):
-        v2 = directory / "cpu.max"
+    for group in cgroup.groups("cpu", root, proc):
+        v2 = group.path / "cpu.max"
         if v2.is_file():
             quota, _, period = v2.read_text().partition(" ")
             return None if quota.strip() == "max" else int(quota) / int(period or "100000")
-        v1 = directory / "cpu.cfs_quota_us"
+        v1 = group.path / "cpu.cfs_quota_us"
         if v1.is_file():
-            quota_us = int(v1.read_text())
-            period_us = int((directory / "cpu.cfs_period_us").read_text())
-            return None if quota_us <= 0 else quota_us / period_us
+            quota_us = cgroup.read_int(v1)
+            return None if quota_us <= 0 else quota_us / cgroup.read_int(group.path / "cpu.cfs_period_us")
     return None
-
-
-def _cgroup_dirs(root: Path, proc: Path, v2_name: str, v1_names: tuple[str, ...]) -> list[Path]:
-    """Candidate cgroup directories: this process's own group first, then the mount's root."""
-    own: list[Path] = []
-    try:
-        lines = (proc / "self" / "cgroup").read_text().splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        names = controllers.split(",")
-        rel = path.lstrip("/")
-        if controllers == v2_name:
-            own.append(root / rel)
-        elif any(n in names for n in v1_names):
-            own.extend(root / name / rel for name in v1_names)
-    mounts = [root] + [root / name for name in v1_names]
-    return [d for d in own + mounts if d.is_dir()]
 
 
 def _physical_cores(cpu_dir: Path) -> int:

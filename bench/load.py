@@ -5,8 +5,9 @@ the server's and the runner's own threads never delay a client. Client ``i`` sta
 ``i * len / c`` and cycles through the corpus, so clients do not send the same text in lockstep.
 
 Timeline: ``ramp_s`` of load that is excluded (first requests, first shapes), then the steady-state window of
-``window_s``. At the window's two edges the load process reads the server's CPU time (utime + stime, all
-threads) from ``/proc/<pid>/stat``, so the CPU-seconds belong to exactly the window.
+``window_s``. At the window's two edges the load process reads the server's CPU time (user + system, all
+threads, its whole process tree: `lifecycle.proctree.cpu_seconds`), so the CPU-seconds belong to exactly the
+window.
 
 Audio is credited to the time it was made in, not only to when it arrived: a client is sequential, so the
 bytes of each arrival were produced between that client's previous arrival (or its request's send) and this
@@ -30,7 +31,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import resource
 import sys
 import time
@@ -39,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import psutil
+import numpy as np
 
 from bench import corpus as corpus_mod
+from lifecycle import proctree
 
 log = logging.getLogger("bench.load")
 BYTES_PER_AUDIO_S = 48_000.0
@@ -105,13 +106,7 @@ class LevelResult:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear-interpolated percentile (q in 0..100); NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    return float(np.percentile(values, q)) if len(values) else math.nan
 
 
 def window_audio_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: float) -> float:
@@ -130,28 +125,6 @@ def window_audio_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: 
 def covered_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: float) -> float:
     """Client-seconds of [w0, w1) covered by closed production intervals."""
     return sum(max(0.0, min(at, w1) - max(since, w0)) for since, at, _ in arrivals)
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of ``pid`` and everything it started: utime + stime of every thread (fields 14 and
-    15 of /proc/<pid>/stat) plus cutime + cstime (children it has waited for: an inference
-    process ended by a release), over the process and its living descendants (a running one)."""
-    total = 0
-    for member in [pid, *_descendants(pid)]:
-        try:
-            text = Path(f"/proc/{member}/stat").read_text()
-        except OSError:
-            continue  # ended between the listing and the read: its time is in the parent's cutime
-        fields = text[text.rindex(")") + 2:].split()  # the command name may contain spaces
-        total += sum(int(f) for f in fields[11:15])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _descendants(pid: int) -> list[int]:
-    try:
-        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
 
 
 @dataclass
@@ -232,9 +205,9 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
 
 async def _edges(pid: int, level: _Level) -> None:
     await asyncio.sleep(max(0.0, level.window_start - time.monotonic()))
-    level.cpu_start, level.t_cpu_start = cpu_seconds(pid), time.monotonic()
+    level.cpu_start, level.t_cpu_start = proctree.cpu_seconds(pid), time.monotonic()
     await asyncio.sleep(max(0.0, level.window_end - time.monotonic()))
-    level.cpu_end, level.t_cpu_end = cpu_seconds(pid), time.monotonic()
+    level.cpu_end, level.t_cpu_end = proctree.cpu_seconds(pid), time.monotonic()
 
 
 async def _progress(clients: int, level: _Level) -> None:

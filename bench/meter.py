@@ -6,7 +6,8 @@ process, under its own cgroup so any limit above still applies, and the server j
 anything (`MemoryCgroup.wrap`). The server's own ``/v1/lifecycle`` meter then reads the same group.
 
 Page cache is charged to the cgroup that first reads a page: the runner evicts the model and compile-cache
-files before each server starts (`evict`) so each server pays for its own reads, as a fresh container would.
+files before each server starts (`lifecycle.pagecache.evict`) so each server pays for its own reads, as a
+fresh container would.
 Shared libraries cannot be evicted while any other process maps them (the runner maps numpy; other servers
 and tools map the runtimes), so their pages stay charged elsewhere. In a fresh container they would be the
 server's, so the billable figure adds them back: the file pages the server has resident (``RssFile`` in
@@ -21,7 +22,6 @@ Where no cgroup can be made (not root, read-only mount, cgroup v2 without the me
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import uuid
@@ -30,9 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
-
-from lifecycle.meter import read_stat
+from lifecycle import cgroup, proctree
 
 log = logging.getLogger(__name__)
 MB = 1024.0 * 1024.0
@@ -80,56 +78,11 @@ class Meter(Protocol):
 
 
 def _own_memory_cgroup(root: Path) -> tuple[Path, int] | None:
-    """This process's memory cgroup directory and its version, if it can be found."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            found = root / "memory" / path.lstrip("/")
-            if (found / "memory.usage_in_bytes").is_file():
-                return found, 1
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":
-            found = root / path.lstrip("/")
-            if (found / "cgroup.controllers").is_file():
-                return found, 2
-    return None
-
-
-def _tree(pid: int) -> list[int]:
-    """``pid`` and its living descendants (the server and its inference process)."""
-    try:
-        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
-    except psutil.Error:
-        return [pid]
-
-
-def _rss(pid: int) -> int | None:
-    """Resident set of the server's process tree."""
-    total = None
-    for member in _tree(pid):
-        try:
-            total = (total or 0) + int(psutil.Process(member).memory_info().rss)
-        except psutil.Error:
-            continue
-    return total
-
-
-def _status_bytes(pid: int, field: str) -> int | None:
-    """A ``kB`` field of /proc/<pid>/status, in bytes, summed over the server's process tree."""
-    total = None
-    for member in _tree(pid):
-        try:
-            for line in Path(f"/proc/{member}/status").read_text().splitlines():
-                if line.startswith(field + ":"):
-                    total = (total or 0) + int(line.split()[1]) * 1024
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
+    """This process's own memory cgroup directory and its version, if it can be found (v1 first)."""
+    own = sorted(cgroup.groups("memory", root, mounts=False), key=lambda g: g.version)
+    found = next((g for g in own if (g.path / ("memory.usage_in_bytes" if g.version == 1 else "cgroup.controllers"))
+                  .is_file()), None)
+    return (found.path, found.version) if found is not None else None
 
 
 class MemoryCgroup:
@@ -172,15 +125,15 @@ class MemoryCgroup:
         return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.path / "cgroup.procs"), *argv]
 
     def read(self) -> Reading:
-        stat = read_stat(self.path / "memory.stat")
-        rss = _rss(self.pid) if self.pid else None
+        stat = cgroup.read_stat(self.path / "memory.stat")
+        rss = proctree.rss(self.pid) if self.pid else None
         if self.version == 1:
             usage = int((self.path / "memory.usage_in_bytes").read_text())
             anon, cache, mapped = stat.get("total_rss"), stat.get("total_cache"), stat.get("total_mapped_file")
         else:
             usage = int((self.path / "memory.current").read_text())
             anon, cache, mapped = stat.get("anon"), stat.get("file"), stat.get("file_mapped")
-        rss_file = _status_bytes(self.pid, "RssFile") if self.pid else None
+        rss_file = proctree.status_bytes(self.pid, "RssFile") if self.pid else None
         uncharged = max(0, rss_file - (mapped or 0)) if rss_file is not None else 0
         self._uncharged = uncharged
         return Reading(time.monotonic(), usage + uncharged, anon, cache, mapped, rss, usage, uncharged)
@@ -220,7 +173,7 @@ class RssMeter:
         self._peak = 0
 
     def read(self) -> Reading:
-        rss = (_rss(self.pid) if self.pid else None) or 0
+        rss = (proctree.rss(self.pid) if self.pid else None) or 0
         self._peak = max(self._peak, rss)
         return Reading(time.monotonic(), rss, None, None, None, rss)
 
@@ -228,7 +181,7 @@ class RssMeter:
         if self.pid:
             # The kernel's high-water marks cover moments between readings (summed over the tree:
             # an upper bound, the processes may peak at different times).
-            self._peak = max(self._peak, _status_bytes(self.pid, "VmHWM") or 0)
+            self._peak = max(self._peak, proctree.status_bytes(self.pid, "VmHWM") or 0)
         return self._peak
 
 
@@ -273,19 +226,6 @@ class Sampler:
                 log.debug("memory reading failed: %s", exc)
             if self._stop.wait(self._interval):
                 return
-
-
-def evict(paths: Sequence[Path]) -> None:
-    """Drop these files' clean, unmapped pages from the page cache so the next reader is charged for them."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def files_under(directory: Path) -> list[Path]:

@@ -40,8 +40,9 @@ from app.sizing import read_budget
 from bench import checks, client, figures, inprocess, load, machine, plots, report
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, select
-from bench.meter import MB, Reading, Sampler, evict, files_under
+from bench.meter import MB, Reading, Sampler, files_under
 from bench.server import Server
+from lifecycle.pagecache import evict
 
 log = logging.getLogger(__name__)
 REFERENCE = "ort-defaults"

@@ -2,7 +2,8 @@
 
 The server is started exactly as a user starts it (``python -m app``), configured only through ``TTS_*``
 variables; inherited ``TTS_*`` variables are dropped so the caller's shell cannot change a configuration.
-Its log goes to a file in the run folder.
+Its log goes to a file in the run folder. `launch` and `wait_ready` are also how the tests start servers
+(tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -34,6 +36,49 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def environment(settings: Mapping[str, str], port: int) -> dict[str, str]:
+    """The caller's environment without its ``TTS_*`` variables, then ``settings``, then the address."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    env.update(settings)
+    env.update({"TTS_HOST": "127.0.0.1", "TTS_PORT": str(port)})
+    return env
+
+
+def launch(settings: Mapping[str, str], port: int, log_path: Path, *, module: str = "app",
+           prefix: Sequence[str] = (), cwd: Path | None = None, new_session: bool = False) -> subprocess.Popen[bytes]:
+    """``python -m module`` (after ``prefix``: a cgroup or namespace wrapper that execs it, keeping the pid)
+    listening on 127.0.0.1:``port``, its output appended to ``log_path``; does not wait."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as sink:
+        return subprocess.Popen([*prefix, sys.executable, "-m", module], env=environment(settings, port), cwd=cwd,
+                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=new_session)
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path, *, timeout_s: float = 300.0,
+               poll_s: float = 0.02, label: str = "server") -> None:
+    """Poll ``/readyz`` until 200. Fails fast, with the log's tail, if the process exits or the time runs out."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=2.0) as http:
+        while True:
+            if process.poll() is not None:
+                raise ServerFailed(f"{label} exited with {process.returncode} during start-up; {_tail(log_path)}")
+            try:
+                if http.get(url + "/readyz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass  # not listening yet: the model loads before the socket opens
+            if time.monotonic() > deadline:
+                raise ServerFailed(f"{label} not ready after {timeout_s:.0f} s; {_tail(log_path)}")
+            time.sleep(poll_s)
+
+
+def _tail(log_path: Path, chars: int = 3000) -> str:
+    try:
+        return f"the end of {log_path}:\n{log_path.read_text(errors='replace')[-chars:]}"
+    except OSError:
+        return f"no log at {log_path}"
 
 
 class Server:
@@ -58,41 +103,24 @@ class Server:
             raise ServerFailed("not started")
         return self._process.pid
 
-    def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
-        env.update(self.settings)
-        env.update({"TTS_HOST": "127.0.0.1", "TTS_PORT": str(self.port), "TTS_SHUTDOWN_GRACE_S": "2"})
-        return env
-
     def start(self) -> None:
         """Spawn the process (into its own memory cgroup when one can be made); does not wait."""
         self._cgroup = MemoryCgroup.create(self.label)
-        argv = [sys.executable, "-m", "app"]
+        prefix: list[str] = []
         if self._cgroup is not None:
-            argv = self._cgroup.wrap(argv)
+            prefix = self._cgroup.wrap([])
             self.meter = self._cgroup
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as sink:
-            self.spawned_at = time.perf_counter()
-            self._process = subprocess.Popen(argv, env=self.environment(), stdout=sink, stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+        self.spawned_at = time.perf_counter()
+        self._process = launch({**self.settings, "TTS_SHUTDOWN_GRACE_S": "2"}, self.port, self.log_path,
+                               prefix=prefix, new_session=True)
         self.meter.pid = self._process.pid
 
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.02) -> float:
         """Poll ``/readyz`` until 200; returns seconds since spawn. Fails fast if the process exits."""
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as http:
-            while True:
-                if self._process is None or self._process.poll() is not None:
-                    raise ServerFailed(f"{self.label} exited during start-up; see {self.log_path}")
-                try:
-                    if http.get(self.url + "/readyz").status_code == 200:
-                        return time.perf_counter() - self.spawned_at
-                except httpx.HTTPError:
-                    pass  # not listening yet: the model loads before the socket opens
-                if time.monotonic() > deadline:
-                    raise ServerFailed(f"{self.label} not ready after {timeout_s:.0f} s; see {self.log_path}")
-                time.sleep(poll_s)
+        if self._process is None:
+            raise ServerFailed(f"{self.label} was not started")
+        wait_ready(self.url, self._process, self.log_path, timeout_s=timeout_s, poll_s=poll_s, label=self.label)
+        return time.perf_counter() - self.spawned_at
 
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None

@@ -26,9 +26,10 @@ from typing import Any
 
 import httpx
 
-from bench import client, load, meter
+from bench import client, meter
 from bench.configs import ServerConfig
 from bench.server import Server
+from lifecycle import pagecache, proctree
 
 MB = 1024 * 1024
 ADMIN_TOKEN = "soak-admin"
@@ -123,7 +124,7 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
     result = SoakResult(shape_cache)
     order = schedule(options)
     # Every server reads the model and the compile cache from disk into its own cgroup, not the previous one's.
-    meter.evict(meter.files_under(options.cache_dir))
+    pagecache.evict(meter.files_under(options.cache_dir))
     with Server(config, settings, options.out / "logs" / f"{config.name}.log") as server:
         server.wait_ready()
         # Largest buffers first, on every stream: as many longest requests at once as there are clients.
@@ -140,7 +141,7 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
                       f"{reading.billable / MB:.0f} MB", file=sys.stderr, flush=True)
 
         sample(0)
-        cpu_before = load.cpu_seconds(server.pid)
+        cpu_before = proctree.cpu_seconds(server.pid)
         started = time.perf_counter()
         lock = threading.Lock()
         done = 0
@@ -164,7 +165,7 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
         with httpx.Client(timeout=300) as http, concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
             list(pool.map(lambda tokens: one(http, tokens), order))
         result.wall_s = time.perf_counter() - started
-        result.server_cpu_s = load.cpu_seconds(server.pid) - cpu_before
+        result.server_cpu_s = proctree.cpu_seconds(server.pid) - cpu_before
         result.audio_s = audio_bytes / 2 / 24000
         if done % options.sample_every:
             sample(done)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
+from lifecycle import cgroup, proctree
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Reading:
 
 class Meter:
     def __init__(self, root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc"), pid: int | None = None) -> None:
-        self._process = psutil.Process(pid or os.getpid())
+        self._pid = pid or os.getpid()
         self._dir, self._version = _find(root, proc)
 
     @property
@@ -50,20 +50,11 @@ class Meter:
             return f"cgroup v1 {self._dir}/memory.usage_in_bytes"
         return "process rss (no cgroup readable)"
 
-    def _rss(self) -> int:
-        total = int(self._process.memory_info().rss)
-        for child in self._process.children(recursive=True):
-            try:
-                total += int(child.memory_info().rss)
-            except psutil.Error:
-                pass  # ended since the listing
-        return total
-
     def read(self) -> Reading:
-        rss = self._rss()
+        rss = proctree.rss(self._pid) or 0
         if self._dir is None:
             return Reading(billable=rss, source=self.source, anon=None, file=None, mapped=None, rss=rss)
-        stat = read_stat(self._dir / "memory.stat")
+        stat = cgroup.read_stat(self._dir / "memory.stat")
         if self._version == 2:
             current = int((self._dir / "memory.current").read_text())
             return Reading(current, self.source, stat.get("anon"), stat.get("file"), stat.get("file_mapped"), rss)
@@ -74,34 +65,8 @@ class Meter:
 
 
 def _find(root: Path, proc: Path) -> tuple[Path | None, int]:
-    own_v2: Path | None = None
-    own_v1: Path | None = None
-    try:
-        for line in (proc / "self" / "cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if controllers == "":
-                own_v2 = root / path.lstrip("/")
-            elif "memory" in controllers.split(","):
-                own_v1 = root / "memory" / path.lstrip("/")
-    except OSError:
-        pass
-    for candidate in (own_v2, root):
-        if candidate is not None and (candidate / "memory.current").is_file():
-            return candidate, 2
-    for candidate in (own_v1, root / "memory"):
-        if candidate is not None and (candidate / "memory.usage_in_bytes").is_file():
-            return candidate, 1
-    return None, 0
-
-
-def read_stat(path: Path) -> dict[str, int]:
-    """The numeric ``key value`` lines of a cgroup ``memory.stat`` file; empty when unreadable."""
-    out: dict[str, int] = {}
-    try:
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if value.strip().isdigit():
-                out[key] = int(value)
-    except OSError:
-        pass
-    return out
+    candidates = cgroup.groups("memory", root, proc)
+    found = cgroup.first_with("memory.current", candidates) or cgroup.first_with("memory.usage_in_bytes", candidates)
+    if found is None:
+        return None, 0
+    return found.path, 2 if (found.path / "memory.current").is_file() else 1

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
+
+from bench.server import free_port, launch, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,12 +39,6 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tts-cache")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class LiveServer:
     url: str
@@ -63,17 +55,16 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
 
     ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
-    interpreter (a command that sets up a namespace, then execs it, keeping the pid)."""
+    interpreter (a command that sets up a namespace, then execs it, keeping the pid). Started and
+    awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
-    env.update({"TTS_HOST": "127.0.0.1", "TTS_PORT": str(port), "TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"})
+    env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
     log_path = log_dir / f"server-{port}.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([*prefix, sys.executable, "-m", module], cwd=ROOT, env=env, stdout=log, stderr=log)
+    process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_ready(server)
+        wait_ready(server.url, process, log_path, timeout_s=120, poll_s=0.1)
         yield server
     finally:
         if process.poll() is None:
@@ -83,20 +74,6 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-
-
-def wait_ready(server: LiveServer, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()[-3000:]}")
-        try:
-            if httpx.get(f"{server.url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"server not ready in {timeout} s:\n{server.log()[-3000:]}")
 
 
 @pytest.fixture(scope="session")

@@ -18,6 +18,7 @@ import pytest
 
 from app.sizing import CpuBudget
 from bench import configs, cost, load, meter
+from lifecycle import proctree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,11 +30,11 @@ def test_percentiles_interpolate() -> None:
 
 
 def test_cpu_seconds_reads_this_process() -> None:
-    before = load.cpu_seconds(os.getpid())
+    before = proctree.cpu_seconds(os.getpid())
     end = time.process_time() + 0.05
     while time.process_time() < end:
         pass
-    assert load.cpu_seconds(os.getpid()) >= before + 0.03
+    assert proctree.cpu_seconds(os.getpid()) >= before + 0.03
 
 
 def test_the_grid_on_two_and_sixteen_cores() -> None:
