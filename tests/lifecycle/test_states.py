@@ -7,6 +7,20 @@ import pytest
 from lifecycle.states import TRANSITIONS, IllegalTransition, State, StateMachine
 
 
+def test_the_transition_table_is_exactly_this() -> None:
+    """The table written out: a transition added or dropped must be a deliberate change here too."""
+    pinned = {
+        "loading": {"warm", "failed"},
+        "warm": {"releasing", "failed"},
+        "releasing": {"released", "failed"},
+        "released": {"restoring"},
+        "restoring": {"warm", "failed"},
+        "failed": {"restoring"},
+    }
+    assert {s.value: {t.value for t in targets} for s, targets in TRANSITIONS.items()} == pinned
+    assert {s.value for s in State} == set(pinned)
+
+
 def test_the_full_cycle_is_legal_and_counted() -> None:
     machine = StateMachine()
     for target in (State.WARM, State.RELEASING, State.RELEASED, State.RESTORING, State.WARM):
