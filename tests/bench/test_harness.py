@@ -18,7 +18,6 @@ import pytest
 
 from app.sizing import CpuBudget
 from bench import configs, cost, load, meter
-from lifecycle import proctree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,14 +26,6 @@ def test_percentiles_interpolate() -> None:
     assert load.percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
     assert load.percentile([5.0], 90) == 5.0
     assert math.isnan(load.percentile([], 50))
-
-
-def test_cpu_seconds_reads_this_process() -> None:
-    before = proctree.cpu_seconds(os.getpid())
-    end = time.process_time() + 0.05
-    while time.process_time() < end:
-        pass
-    assert proctree.cpu_seconds(os.getpid()) >= before + 0.03
 
 
 def test_the_grid_on_two_and_sixteen_cores() -> None:

@@ -1,6 +1,6 @@
 """Security defaults: no outbound connections, nothing read because a request named it.
 
-(Admin endpoints off without a token and the API key: tests/app/test_auth.py; non-root: tests/deploy/.)"""
+(Admin endpoints off without a token and the API key: tests/app/http/test_routes.py; non-root: tests/deploy/.)"""
 
 from __future__ import annotations
 

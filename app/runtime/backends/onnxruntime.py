@@ -6,7 +6,7 @@ ONNX Runtime's default threading, shared by all slots (``run`` is thread-safe).
 
 With ``optimized_dir`` (the restore bridge) the graph ONNX Runtime optimizes at the first open
 is saved there and later opens load it with optimization off: 0.4 s instead of 0.8 s here, and
-bit-identical audio (checked in tests/app/test_bridge.py). The saved graph may hold
+bit-identical audio (checked in tests/app/runtime/test_bridge_graph.py). The saved graph may hold
 CPU-specific layouts (NCHWc), so its name carries the ONNX Runtime version, the model file's
 identity and the CPU's instruction set family.
 """

@@ -13,7 +13,6 @@ import pytest
 
 from app.runtime import build, compile_cache, modelfile
 from app.runtime.compile_cache import Target, cache_key, choose, write_manifest
-from app.runtime.cpu import cpu_flags, isa_family
 
 HERE = Target(openvino="2026.4.1-22982-e213a147257-releases/2026/4", isa="avx2", device="AMD EPYC")
 SHA = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
@@ -35,23 +34,6 @@ def bake(baked: Path, model: Path, target: Target = HERE, blob: bytes = b"compil
     (directory / "123456789.blob").write_bytes(blob)
     write_manifest(directory, key, model.resolve(), compile_cache.sha256_of(model), target, {})
     return directory
-
-
-def test_isa_family_picks_the_best_complete_family() -> None:
-    assert isa_family({"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq", "amx_tile",
-                       "amx_bf16"}) == "amx"
-    assert isa_family({"sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}) == "avx512"
-    assert isa_family({"sse4_2", "avx2", "fma", "avx512f"}) == "avx2"  # avx512f alone is not the avx512 family
-    assert isa_family({"sse4_2"}) == "sse4"
-    assert isa_family(set()) == "generic"
-
-
-def test_cpu_flags_reads_the_first_processor(tmp_path: Path) -> None:
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse4_2 avx2 fma\n\n"
-                       "processor\t: 1\nflags\t\t: fpu\n")
-    assert cpu_flags(cpuinfo) == {"fpu", "sse4_2", "avx2", "fma"}
-    assert cpu_flags(tmp_path / "missing") == frozenset()
 
 
 def test_key_changes_with_what_makes_a_blob_valid(model: Path) -> None:

@@ -1,0 +1,157 @@
+"""Routing, errors, auth, admission and metrics through `create_app(settings, engine=<fake>)`: no model, fast.
+
+What users do with the real model (speech, streaming, formats, lifecycle, faults) is tested elsewhere with it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from app.http.server import create_app
+from app.settings import Settings
+from tests.app.http.fake import FAIL_SPEED, SAMPLES_PER_TOKEN, FakeRuntime, fake_engine
+
+SETTINGS = dict(max_input_chars=600, quiet_window_s=0, streams=1)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    settings = Settings(cache_dir=tmp_path_factory.mktemp("cache"), **SETTINGS)  # type: ignore[arg-type]
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as c:
+        yield c
+
+
+def metric(client: TestClient, name: str) -> float:
+    """One sample of the Prometheus text (0 when absent)."""
+    found = re.search(rf"^{re.escape(name)} (\S+)$", client.get("/metrics").text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_request_is_spoken_by_the_runtime(client: TestClient) -> None:
+    response = client.post("/v1/audio/speech", json={"input": "hello there", "voice": "jf_alpha",
+                                                     "response_format": "pcm"})
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/pcm"
+    assert len(response.content) == 2 * len("hello there") * SAMPLES_PER_TOKEN  # 16-bit samples, one per token
+
+
+ERRORS = [
+    ({"input": "", "voice": "jf_alpha"}, 400, "input"),
+    ({"input": "   \n\t ", "voice": "jf_alpha"}, 400, "input"),
+    ({"input": "hi", "voice": "nobody"}, 400, "voice"),
+    ({"input": "hi", "voice": "jf_alpha", "response_format": "aac"}, 400, "response_format"),
+    ({"input": "hi", "voice": "jf_alpha", "speed": 9}, 400, "speed"),
+    ({"input": "hi", "voice": "jf_alpha", "speed": 0.1}, 400, "speed"),
+    ({"input": "hi", "voice": "jf_alpha", "speed": "fast"}, 422, "speed"),
+    ({"input": 42, "voice": "jf_alpha"}, 422, "input"),
+    ({"input": "hi", "voice": ["jf_alpha"]}, 422, "voice"),
+    ({"input": "hi", "voice": "jf_alpha", "stream": "yes"}, 422, "stream"),
+    ({"input": "hi", "model": "whisper-1"}, 400, "model"),
+    ({"input": "x" * 601, "voice": "jf_alpha"}, 413, "input"),
+    ({"voice": "jf_alpha"}, 400, "input"),
+]
+
+
+@pytest.mark.parametrize("body, status, param", ERRORS)
+def test_bad_input_gets_an_openai_shaped_error(client: TestClient, body: dict[str, object], status: int,
+                                               param: str) -> None:
+    response = client.post("/v1/audio/speech", json=body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"\xff\xfe{}", b"null", b'"text"', b"[" * 50_000])
+def test_malformed_bodies_get_4xx(client: TestClient, raw: bytes) -> None:
+    response = client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code in (400, 422)
+    assert "error" in response.json()
+
+
+def test_huge_body_is_refused_before_parsing(client: TestClient) -> None:
+    response = client.post("/v1/audio/speech", content=b"{" + b" " * 5_000_000 + b"}")
+    assert response.status_code == 413
+
+
+def test_an_inference_error_is_a_500_before_the_response_starts(client: TestClient) -> None:
+    response = client.post("/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha", "speed": FAIL_SPEED})
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "inference_failed"
+    assert client.post("/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha"}).status_code == 200
+
+
+def test_catalog_endpoints(client: TestClient) -> None:
+    voices = client.get("/v1/audio/voices").json()
+    assert "jf_alpha" in voices["voices"] and voices["default"] == voices["voices"][0]
+    assert "kokoro" in [m["id"] for m in client.get("/v1/models").json()["data"]]
+    info = client.get("/v1/info").json()
+    assert info["resolved"]["backend"] == "fake" and info["active_backend"] == "fake"
+    assert info["pool"]["streams"] == info["pool"]["slots"] == 1 and info["pool"]["capacity"] == 3
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").json() == {"ready": True, "state": "warm", "draining": False}
+    assert client.get("/nope").json()["error"]["code"] == "http_404"
+
+
+def test_metrics_counters_rise(client: TestClient) -> None:
+    ok, refused = 'tts_requests_total{outcome="ok"}', 'tts_requests_total{outcome="refused"}'
+    before = {name: metric(client, name) for name in (ok, refused, "tts_audio_seconds_total",
+                                                      "tts_first_audio_seconds_count")}
+    for fmt in ("pcm", "wav"):  # one streamed, one whole
+        body = {"input": "abcd", "voice": "jf_alpha", "response_format": fmt, "stream": fmt == "pcm"}
+        assert client.post("/v1/audio/speech", json=body).status_code == 200
+    assert client.post("/v1/audio/speech", json={"input": "hi", "voice": "nobody"}).status_code == 400
+    assert metric(client, ok) == before[ok] + 2
+    assert metric(client, refused) == before[refused] + 1
+    made = 2 * 4 * SAMPLES_PER_TOKEN / 24000
+    assert metric(client, "tts_audio_seconds_total") == pytest.approx(before["tts_audio_seconds_total"] + made)
+    assert metric(client, "tts_first_audio_seconds_count") == before["tts_first_audio_seconds_count"] + 2
+    assert metric(client, 'tts_lifecycle_state{state="warm"}') == 1.0
+
+
+def test_overload_gets_429_with_retry_after_while_admitted_requests_finish(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, **SETTINGS)  # type: ignore[arg-type]
+    engine = fake_engine(settings, queue=0)  # capacity: one request
+    runtime = engine.runtime
+    assert isinstance(runtime, FakeRuntime)
+    runtime.gate = threading.Event()
+    with TestClient(create_app(settings, engine=engine)) as client:
+        held: dict[str, int] = {}
+        first = threading.Thread(target=lambda: held.update(status=client.post(
+            "/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha"}).status_code))
+        first.start()
+        assert runtime.started.wait(10)
+        refused = client.post("/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha"})
+        runtime.gate.set()
+        first.join(10)
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        assert held["status"] == 200
+
+
+def test_api_key_guards_speech_and_voices_not_probes(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, api_key="k3y", admin_token="4dmin", **SETTINGS)  # type: ignore[arg-type]
+    body = {"input": "Hi.", "voice": "jf_alpha", "response_format": "pcm"}
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
+        assert client.post("/v1/audio/speech", json=body).status_code == 401
+        wrong = client.post("/v1/audio/speech", json=body, headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["type"] == "authentication_error"
+        assert wrong.headers["WWW-Authenticate"] == "Bearer"
+        assert client.get("/v1/audio/voices").status_code == 401
+        ok = client.post("/v1/audio/speech", json=body, headers={"Authorization": "Bearer k3y"})
+        assert ok.status_code == 200 and len(ok.content) > 1000
+        assert client.get("/healthz").status_code == 200 and client.get("/readyz").status_code == 200
+        # The API key is not the admin token.
+        assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer k3y"}).status_code == 401
+        public = client.get("/v1/info").json()["settings"]
+        assert public["api_key"] == public["admin_token"] == "set"  # never the secrets themselves
+
+
+def test_manual_release_is_off_without_an_admin_token(client: TestClient) -> None:
+    release = client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer anything"})
+    assert release.status_code == 404 and "TTS_ADMIN_TOKEN" in release.json()["error"]["message"]

@@ -1,0 +1,45 @@
+"""Memory and CPU time of a process tree: the server and the inference process it starts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from lifecycle import proctree
+
+
+def test_cpu_seconds_reads_this_process() -> None:
+    before = proctree.cpu_seconds(os.getpid())
+    end = time.process_time() + 0.05
+    while time.process_time() < end:
+        pass
+    assert proctree.cpu_seconds(os.getpid()) >= before + 0.03
+
+
+def test_the_tree_includes_a_child_and_the_time_of_a_child_that_ended() -> None:
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", "x = bytearray(64 << 20); input()"], stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).memory_info().rss < 64 << 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        own = psutil.Process().memory_info().rss
+        assert (proctree.rss(os.getpid()) or 0) >= own + (64 << 20)
+        assert (proctree.status_bytes(os.getpid(), "VmRSS") or 0) >= own + (60 << 20)
+    finally:
+        child.communicate(b"\n", timeout=10)
+    before = proctree.cpu_seconds(os.getpid())
+    subprocess.run([sys.executable, "-c", burn], check=True)  # waited for: counted in our children's time
+    assert proctree.cpu_seconds(os.getpid()) >= before + 0.25
+
+
+def test_a_process_that_is_gone_reads_as_nothing() -> None:
+    done = subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert done.returncode == 0
+    gone = max(p.pid for p in psutil.process_iter()) + 100_000
+    assert proctree.rss(gone) is None and proctree.status_bytes(gone, "VmRSS") is None
+    assert proctree.cpu_seconds(gone) == 0.0
