@@ -42,7 +42,7 @@ import httpx
 import numpy as np
 
 from bench import corpus as corpus_mod
-from lifecycle import proctree
+from lifecycle.proctree import cpu_seconds
 
 log = logging.getLogger("bench.load")
 BYTES_PER_AUDIO_S = 48_000.0
@@ -205,9 +205,9 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
 
 async def _edges(pid: int, level: _Level) -> None:
     await asyncio.sleep(max(0.0, level.window_start - time.monotonic()))
-    level.cpu_start, level.t_cpu_start = proctree.cpu_seconds(pid), time.monotonic()
+    level.cpu_start, level.t_cpu_start = cpu_seconds(pid), time.monotonic()
     await asyncio.sleep(max(0.0, level.window_end - time.monotonic()))
-    level.cpu_end, level.t_cpu_end = proctree.cpu_seconds(pid), time.monotonic()
+    level.cpu_end, level.t_cpu_end = cpu_seconds(pid), time.monotonic()
 
 
 async def _progress(clients: int, level: _Level) -> None:
