@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from app.engine import Engine
 from app.metrics import Metrics
 from app.pool import StreamPool
-from app.runtime import cachedir, modelfile, tuning
+from app.runtime import cachedir, forms, modelfile, tuning
 from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec, build_runtime
@@ -47,6 +47,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
         modelfile.expected_sha256() if settings.model_path is None else
         settings.model_sha256 or modelfile.sha256_of(model_path))
     settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
+    model_path = forms.path(choice.form, model_path, writable, digest)
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime import cachedir, modelfile, outputcheck
+from app.runtime import cachedir, forms, modelfile, outputcheck
 from app.runtime.cpu import cpu_flags
 from app.runtime.tuning import Candidate, Manifest, TuneKey, write
 from app.settings import Settings
@@ -229,9 +229,12 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
             begun = time.monotonic()
             for candidate in (todo if number % 2 == 0 else list(reversed(todo))):
                 result = results[candidate]
-                cache = _cache_dir(candidate, settings, writable, model_path, digest)
-                job = {**base, "round": number, "cache_dir": cache}
                 try:
+                    form_path = forms.path(candidate.form, model_path, writable, digest)
+                    # A derived form is a file of its own: its compile cache is keyed by its own hash.
+                    cache = _cache_dir(candidate, settings, writable, form_path,
+                                       digest if form_path == model_path else None)
+                    job = {**base, "round": number, "cache_dir": cache, "model_path": str(form_path)}
                     outcome, audio = trial(candidate, job)
                 except Exception as exc:  # a crashed or failing trial rules the candidate out, nothing more
                     result.error = str(exc)[:300]
@@ -265,7 +268,8 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
     return manifest
 
 
-def _cache_dir(candidate: Candidate, settings: Settings, writable: Path, model_path: Path, digest: str) -> str:
+def _cache_dir(candidate: Candidate, settings: Settings, writable: Path, model_path: Path,
+               digest: str | None) -> str:
     """The compile cache the server would use for this candidate (the baked one when it matches), so that
     tuning imports what the image baked and fills what the server will import."""
     if candidate.backend != "openvino" or not settings.compile_cache:

@@ -42,15 +42,18 @@ class Candidate:
     streams: int
     """Concurrent inferences (OpenVINO streams or ONNX Runtime sessions), one pool slot each."""
     threads_per_stream: int
+    form: str = "onnx"
+    """The model file it runs (`app.runtime.forms`): ``onnx`` is the model as shipped."""
 
     @property
     def name(self) -> str:
-        return f"{self.backend}-{self.precision}-{self.streams}x{self.threads_per_stream}"
+        form = "" if self.form == "onnx" else f"{self.form}-"
+        return f"{self.backend}-{form}{self.precision}-{self.streams}x{self.threads_per_stream}"
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Candidate:
         return cls(backend=str(data["backend"]), precision=str(data["precision"]), streams=int(data["streams"]),
-                   threads_per_stream=int(data["threads_per_stream"]))
+                   threads_per_stream=int(data["threads_per_stream"]), form=str(data.get("form", "onnx")))
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,8 @@ class EngineChoice:
     backend: str
     precision: str
     reason: str
+    form: str = "onnx"
+    """The model form served (`app.runtime.forms`)."""
     manifest: str | None = None
     """Path of the manifest used."""
     table: list[dict[str, Any]] = field(default_factory=list)
@@ -205,5 +210,5 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
                                 streams=settings.streams or choice.streams,
                                 threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
     log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
-    return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, str(found.path),
-                               found.manifest.table)
+    return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
+                               str(found.path), found.manifest.table)
