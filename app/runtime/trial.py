@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import resource
 import sys
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
+    if job.get("affinity"):  # tuning for a smaller budget than the machine's (`python -m app tune --cpus`)
+        os.sched_setaffinity(0, job["affinity"])
     candidate = Candidate.from_json(job["candidate"])
     shape = PoolShape(candidate.streams, candidate.threads_per_stream)
     cache = Path(job["cache_dir"]) if job.get("cache_dir") else None

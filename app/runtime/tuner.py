@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -191,12 +192,16 @@ def choose(results: list[Result]) -> tuple[Result | None, str]:
     return best, why
 
 
-def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0,
+def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0, cpus: int = 0,
          only: list[Candidate] | None = None, trial: Trial = subprocess_trial) -> Manifest:
-    """Measure, check, choose, and write the manifest under ``out``."""
+    """Measure, check, choose, and write the manifest under ``out``. ``cpus`` tunes for a smaller budget than
+    this machine's: the trials then run pinned to that many CPUs."""
     started = time.monotonic()
-    budget = read_budget()
-    cpus = budget.cpus
+    usable = read_budget().cpus
+    if cpus > usable:
+        raise ValueError(f"cannot tune for {cpus} CPUs on a budget of {usable}")
+    pinned = sorted(os.sched_getaffinity(0))[:cpus] if cpus else []
+    cpus = cpus or usable
     writable = cachedir.writable(settings.cache_dir)
     models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
     model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
@@ -212,7 +217,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
         folder = Path(tmp)
         work = plan_inputs(settings, folder)
         base = {"folder": str(folder), "work": str(work), "model_path": str(model_path),
-                "shape_cache": settings.shape_cache}
+                "shape_cache": settings.shape_cache, "affinity": pinned}
         log.info("tuning %d candidates on %d CPUs (%s), up to %d rounds", len(pool), cpus, key.cpu, rounds)
         ref_audio: dict[str, npt.NDArray[np.float32]] | None = None
         ref_efficiency = math.nan
@@ -304,9 +309,11 @@ def main(argv: list[str], settings: Settings) -> int:
                         help="where the manifest goes (<out>/tuning/); default: the cache directory")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of trials (median over them)")
     parser.add_argument("--max-s", type=float, default=170.0, help="start no new round after this many seconds")
+    parser.add_argument("--cpus", type=int, default=0,
+                        help="tune for this CPU budget (at most this machine's); default: this machine's")
     args = parser.parse_args(argv)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     manifest = tune(settings, out=args.out or cachedir.writable(settings.cache_dir), rounds=args.rounds,
-                    max_s=args.max_s)
+                    max_s=args.max_s, cpus=args.cpus)
     sys.stdout.write(format_table(manifest) + "\n" + manifest.why + "\n")
     return 0

@@ -1,0 +1,172 @@
+"""The tuned engine choice: manifests keyed to the machine, the choice rules, and a real tuning run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from app.runtime import modelfile, outputcheck, tuner, tuning
+from app.runtime.tuning import Candidate, Manifest, TuneKey
+from app.settings import Settings
+from app.sizing import read_budget
+from tests.conftest import live_server
+
+ORT_2X1 = Candidate("onnxruntime", "f32", 2, 1)
+ORT_1X2 = Candidate("onnxruntime", "f32", 1, 2)
+OV_2X1 = Candidate("openvino", "f32", 2, 1)
+
+
+def key(**changes: Any) -> TuneKey:
+    return dataclasses.replace(TuneKey.here(2, "ab" * 32), **changes)
+
+
+def manifest(for_key: TuneKey, choice: Candidate = ORT_1X2) -> Manifest:
+    return Manifest(key=for_key, choice=choice, why=f"{choice.name} was fastest",
+                    table=[{"candidate": choice.name, "efficiency": 1.5, "chosen": True}])
+
+
+def test_the_key_describes_this_machine() -> None:
+    here = TuneKey.here(2, "ab" * 32)
+    assert here.cpus == 2 and here.model_sha256 == "ab" * 32
+    assert here.cpu and here.isa and len(here.flags) == 16
+    assert here.openvino and here.onnxruntime  # versions from package metadata, no runtime imported
+    assert here.slug().startswith(f"{here.isa}-2cpu-")
+
+
+def test_a_matching_manifest_is_found_and_others_are_ignored_with_the_reason(tmp_path: Path) -> None:
+    here = key()
+    tuning.write(tmp_path / "baked", manifest(key(cpu="Some Other CPU")))
+    tuning.write(tmp_path / "baked", manifest(key(cpus=16)))
+    missed = tuning.find([tmp_path / "baked"], here)
+    assert missed.manifest is None
+    assert "'Some Other CPU'" in missed.reason and "cpus 16 (here 2)" in missed.reason
+
+    tuning.write(tmp_path / "writable", manifest(here))
+    found = tuning.find([tmp_path / "baked", tmp_path / "writable"], here)
+    assert found.manifest is not None and found.manifest.choice == ORT_1X2
+    assert found.path is not None and found.path.parent == tmp_path / "writable" / "tuning"
+
+
+def test_an_unreadable_manifest_is_skipped(tmp_path: Path) -> None:
+    folder = tmp_path / "tuning"
+    folder.mkdir()
+    (folder / "broken.json").write_text("{not json")
+    assert "unreadable" in tuning.find([tmp_path], key()).reason
+
+
+def test_resolve_forced_default_and_tuned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    forced, choice = tuning.resolve(Settings(backend="onnxruntime"), 2, "ab" * 32, tmp_path)
+    assert forced.backend == "onnxruntime" and choice.source == "forced"
+
+    with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
+        default, choice = tuning.resolve(Settings(baked_cache_dir=tmp_path / "baked"), 2, "ab" * 32, tmp_path)
+    assert default.backend == tuning.DEFAULT_BACKEND and choice.source == "default"
+    assert "no tuning manifest" in caplog.text
+
+    tuning.write(tmp_path, manifest(TuneKey.here(2, "ab" * 32)))
+    tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+    assert (tuned.backend, tuned.streams, tuned.threads_per_stream) == ("onnxruntime", 1, 2)
+    assert choice.source == "tuned" and choice.reason == "onnxruntime-f32-1x2 was fastest" and choice.table
+    # A shape set explicitly stays.
+    pinned, _ = tuning.resolve(Settings(streams=2), 2, "ab" * 32, tmp_path)
+    assert (pinned.streams, pinned.threads_per_stream) == (2, 2)
+
+
+def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> tuner.Result:
+    verdict = outputcheck.Verdict(candidate.name, "ref", passed, 3, () if passed else ("t0/0",), 0,
+                                  0.3 if passed else 1.2, 0.3)
+    return tuner.Result(candidate, [efficiency], [efficiency], check=verdict, error=error)
+
+
+def test_a_form_that_fails_the_check_or_crashed_is_never_chosen() -> None:
+    best, why = tuner.choose([result(OV_2X1, 1.1), result(ORT_2X1, 3.0, passed=False),
+                              result(ORT_1X2, 2.0, error="trial ended with signal 11")])
+    assert best is not None and best.candidate == OV_2X1
+    assert "not eligible" in why and ORT_2X1.name in why
+    assert tuner.choose([result(ORT_2X1, 3.0, passed=False)])[0] is None
+
+
+def test_openvino_keeps_ties_and_onnxruntime_wins_by_more() -> None:
+    tie, why = tuner.choose([result(ORT_2X1, 1.02), result(OV_2X1, 1.0)])
+    assert tie is not None and tie.candidate == OV_2X1 and "ties" in why
+    beaten, why = tuner.choose([result(ORT_2X1, 1.2), result(OV_2X1, 1.0)])
+    assert beaten is not None and beaten.candidate == ORT_2X1 and "above the best OpenVINO form" in why
+
+
+def test_candidates_fill_the_budget() -> None:
+    assert tuner.shapes(2) == [(2, 1), (1, 2)]
+    assert tuner.shapes(16) == [(16, 1), (8, 2), (4, 4)]
+    names = {c.name for c in tuner.candidates(2, frozenset({"avx2"}))}
+    assert names == {"openvino-f32-2x1", "openvino-f32-1x2", "onnxruntime-f32-2x1", "onnxruntime-f32-1x2"}
+    assert any(c.precision == "bf16" for c in tuner.candidates(2, frozenset({"avx512_bf16"})))
+
+
+def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real trials (each in its own process) on a short corpus; one candidate is made into a deliberately
+    broken form that reports a huge efficiency but says something else: the check rules it out."""
+    monkeypatch.setattr(tuner, "TUNING_TEXTS", (("jf_alpha", "Thanks for calling."),
+                                                ("jm_kumo", "Please hold the line for a moment.")))
+    broken = ORT_1X2
+
+    def trial(candidate: Candidate, job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]:
+        outcome, audio = tuner.subprocess_trial(candidate, job)
+        if candidate == broken:
+            rng = np.random.default_rng(0)
+            audio = {k: rng.normal(0, 0.3, len(v)).astype(np.float32) for k, v in audio.items()}
+            outcome = {**outcome, "efficiency": 100.0}
+        return outcome, audio
+
+    made = tuner.tune(Settings(cache_dir=cache_dir), out=tmp_path, rounds=1, only=[ORT_2X1, broken], trial=trial)
+    assert made.choice == ORT_2X1
+    rows = {row["candidate"]: row for row in made.table}
+    assert rows[broken.name]["check"]["passed"] is False and rows[broken.name]["efficiency"] == 100.0
+    assert rows[ORT_2X1.name]["check"]["passed"] is True and rows[ORT_2X1.name]["chosen"] is True
+    assert rows[ORT_2X1.name]["efficiency"] > 0.1 and rows[ORT_2X1.name]["peak_rss_mb"] > 100
+    saved = json.loads(next((tmp_path / "tuning").glob("*.json")).read_text())
+    assert saved["choice"]["streams"] == 2 and saved["key"]["model_sha256"]
+    assert "onnxruntime-f32-2x1" in tuner.format_table(made)
+
+
+def speak(url: str) -> bytes:
+    response = httpx.post(f"{url}/v1/audio/speech", timeout=120,
+                          json={"input": "The tuned form speaks.", "voice": "jf_alpha", "response_format": "pcm"})
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, cache_dir: Path) -> None:
+    baked = tmp_path / "baked"
+    here = TuneKey.here(read_budget().cpus, modelfile.expected_sha256())
+    tuning.write(baked, manifest(here, ORT_1X2))
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked)) as server:
+        info = httpx.get(f"{server.url}/v1/info").json()
+        assert len(speak(server.url)) > 24000
+        info = httpx.get(f"{server.url}/v1/info").json()
+        log = server.log()
+    assert info["backend"] == "onnxruntime" and info["engine"]["source"] == "tuned"
+    assert info["engine"]["reason"] == "onnxruntime-f32-1x2 was fastest" and info["engine"]["table"]
+    assert info["resolved"]["backend"] == "onnxruntime"
+    assert (info["pool"]["streams"], info["pool"]["threads_per_stream"]) == (1, 2)
+    assert "engine: onnxruntime-f32-1x2 from" in log
+
+
+def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, cache_dir: Path) -> None:
+    baked = tmp_path / "baked"
+    other = dataclasses.replace(TuneKey.here(read_budget().cpus, modelfile.expected_sha256()), cpu="Another CPU")
+    tuning.write(baked, manifest(other, ORT_1X2))
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked)) as server:
+        assert len(speak(server.url)) > 24000
+        info = httpx.get(f"{server.url}/v1/info").json()
+        log = server.log()
+    assert info["engine"]["source"] == "default" and info["backend"] == tuning.DEFAULT_BACKEND
+    assert info["resolved"]["backend"] == "openvino"
+    assert "no tuning manifest matches this machine" in log and "'Another CPU'" in log
