@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run folder (default bench/results/<timestamp>)")
     run.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,
                      help=f"model, compile caches, logs and audio (default {DEFAULT_CACHE})")
+    run.add_argument("--no-tune", dest="tune", action="store_false", default=None,
+                     help="serve the complete system untuned (TTS_BACKEND=auto finds no manifest: OpenVINO)")
+    run.add_argument("--tuned-dir", type=Path,
+                     help="reuse the manifest a tuning run left in DIR/tuning/ instead of tuning first")
     rep = sub.add_parser("report", help="rebuild report.md, plots and figures.json from RUN/results.json")
     rep.add_argument("run", type=Path)
     rep.add_argument("--readme", action="store_true", help="print the headline table for the README instead")
@@ -78,7 +82,7 @@ def _options(args: argparse.Namespace, command: str) -> runner.Options:
             else runner.Options(out=out, cache_dir=args.cache_dir, command=command))
     overrides = {name: getattr(args, name) for name in (
         "configs", "clients", "ramp_s", "window_s", "drain_s", "idle_s", "quiet_window_s", "release_cycles",
-        "growth_cycles", "cold_starts", "corpus", "items") if getattr(args, name) is not None}
+        "growth_cycles", "cold_starts", "corpus", "items", "tune", "tuned_dir") if getattr(args, name) is not None}
     return dataclasses.replace(base, **overrides)
 
 

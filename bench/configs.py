@@ -47,6 +47,10 @@ class ServerConfig:
     lifecycle: bool = False
     auto: bool = False
     """True for the shape the server's own sizing rule picks."""
+    precision: str = "f32"
+    tuned_dir: str = ""
+    """Where the tuner's manifest is (complete system only): the server then runs ``TTS_BACKEND=auto`` and
+    finds its choice there itself, as a deployed image does; ``backend`` and the shape say what it chose."""
 
     @property
     def runtime_defaults(self) -> bool:
@@ -70,6 +74,9 @@ class ServerConfig:
             # Deep enough that closed-loop clients are never refused: refusals are not throughput.
             "TTS_QUEUE_SIZE": str(queue_size),
         }
+        if self.tuned_dir:
+            env.update({"TTS_BACKEND": "auto", "TTS_BAKED_CACHE_DIR": self.tuned_dir, "TTS_STREAMS": "0",
+                        "TTS_THREADS_PER_STREAM": "0"})
         return env
 
 

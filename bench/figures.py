@@ -74,6 +74,7 @@ def summarize(name: str, record: Mapping[str, Any], results: Mapping[str, Any]) 
         "idle_memory_mb": record.get("idle", {}).get("warm_idle_mb"),
         "idle_end_mb": record.get("idle", {}).get("end_mb"),
         "peak_memory_mb": record.get("peak_mb"),
+        "peak_at_mb": memory_load.get(at, {}).get("max_mb"),
         "cold_start_s": record.get("start", {}).get("cold_start_s"),
         "checks_passed": bool(check.get("passed")),
         "check_error": check.get("error"),
@@ -188,6 +189,19 @@ def targets(summaries: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
         "Serving overhead under 5 %", eff / sized if finite(eff) and finite(sized) and sized else None, 0.95,
         f"Complete system's efficiency at {at} clients over the raw runtime's in-process efficiency "
         f"(same shape, {ceiling.get('sized_concurrency')} threads, same corpus, same run).", at_most=False))
+    ort_loop = results.get("inprocess", {}).get("ort-sized", {})
+    loop = ort_loop.get("efficiency")
+    out.append(_ratio_target(
+        "Default server >= 1.0 x the in-process ONNX Runtime loop",
+        eff / loop if finite(eff) and finite(loop) and loop else None, 1.0,
+        f"Complete system (default settings, tuned) at {at} clients over ONNX Runtime in process on the shipped "
+        f"model ({ort_loop.get('resolved', {}).get('streams', '?')} sessions x "
+        f"{ort_loop.get('resolved', {}).get('threads', '?')} threads in all, same corpus, same run).",
+        at_most=False))
+    peak_at = complete.get("peak_at_mb")
+    out.append(_ratio_target(
+        f"Warm peak <= 1.5 GiB at {at} clients", peak_at, 1536.0,
+        f"Highest billable memory of the complete system while {at} clients were served, MiB.", at_most=True))
     p50, base_p50 = complete.get("first_audio_p50"), (baseline or {}).get("first_audio_p50")
     out.append(_ratio_target(
         "First-audio p50", p50 / base_p50 if finite(p50) and finite(base_p50) and base_p50 else None, 0.6,

@@ -331,6 +331,27 @@ def _container(path: Path = CONTAINER_FIGURES) -> str:
             + _table(["figure", "value"], rows))
 
 
+def _tuning(results: Mapping[str, Any]) -> str:
+    """The tuner's table (``python -m app tune``): what the complete system serves with, and why."""
+    tuned = results.get("tuning")
+    if not tuned:
+        return "Not tuned in this run (`--no-tune` or no complete system): the complete system served untuned."
+    rows = []
+    for row in tuned.get("table", []):
+        check = row.get("check") or {}
+        verdict = ("reference" if row.get("reference") else "error: " + str(row["error"])[:60] if row.get("error")
+                   else "pass" if check.get("passed") else f"FAIL (log-mel {check.get('max_mel_distance', 0):.2f})")
+        rows.append([f"`{row['candidate']}`" + (" **chosen**" if row.get("chosen") else ""),
+                     _num(row.get("efficiency"), 3), _num(row.get("throughput")), _num(row.get("peak_rss_mb"), 0),
+                     verdict])
+    return "\n".join([
+        f"`python -m app tune` on this machine ({tuned['key']['cpu']}, {tuned['key']['cpus']} CPUs, "
+        f"{tuned['key']['isa']}): {tuned['why']}.", "",
+        "Median over interleaved rounds on the tuning corpus (not the benchmark's), at full pool load, each "
+        "candidate in a process of its own; the output check is the one below, against ONNX Runtime.", "",
+        _table(["candidate", "audio-s per CPU-s", "x realtime", "peak RSS MB", "output check"], rows)])
+
+
 def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
     derived = results["derived"]
     run = results["run"]
@@ -350,6 +371,7 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "Ranked by efficiency; a configuration that fails the output checks is not ranked.", "",
         headline(results), "",
         "## Targets", "", _targets(derived), "",
+        "## Engine tuning", "", _tuning(results), "",
         (f"On {cpus} CPUs the study's pool gain cannot show, and no 16-core machine was available for this run: "
          "the efficiency grid on 16 cores remains to be run (`python -m bench run` there).") if cpus < 16 else "",
         "",

@@ -25,6 +25,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 import secrets
 import shutil
 import subprocess
@@ -33,9 +34,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from app.runtime import modelfile
+from app.runtime import modelfile, tuning
 from app.sizing import read_budget
 from bench import checks, client, figures, inprocess, load, machine, plots, report
 from bench import corpus as corpus_mod
@@ -85,6 +86,10 @@ class Options:
     queue_size: int = 32
     quick: bool = False
     command: str = ""
+    tune: bool = True
+    """Run ``python -m app tune`` first, and serve the complete system with its choice (``TTS_BACKEND=auto``)."""
+    tuned_dir: Path | None = None
+    """Reuse the manifest a tuning run left here instead of tuning again."""
 
     def estimate_s(self, n_configs: int, complete: bool) -> float:
         """Rough wall time on a quiet 2-core machine (start-up and in-process jobs that overlap idle excluded)."""
@@ -99,7 +104,7 @@ def quick_options(out: Path, cache_dir: Path, command: str = "") -> Options:
     return Options(out=out, cache_dir=cache_dir, configs=(REFERENCE, "complete"), clients=(1, 2), ramp_s=2.0,
                    window_s=10.0, idle_s=6.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
                    items=("s1", "m1"), drain_s=4.0, ceiling_1x1=False, memory_interval_s=1.0, quick=True,
-                   command=command)
+                   command=command, tune=False)
 
 
 def _progress(started: float, message: str) -> None:
@@ -172,6 +177,8 @@ class Run:
             "configs": {},
             "inprocess": {},
         }
+        if has_complete and o.tune:
+            self._tune()
         jobs = self._plan_jobs()
         for index, config in enumerate(self.configs, 1):
             self.progress(f"[{index}/{len(self.configs)}] {config.name}: {config.title}")
@@ -186,6 +193,30 @@ class Run:
         self.progress(f"done: {o.out / 'report.md'}")
         return o.out
 
+    def _tune(self) -> None:
+        """Tune (or read a tuning run), then make the complete system serve with the choice."""
+        tuned = self.o.tuned_dir or self.work / "tuned"
+        if self.o.tuned_dir is None:
+            self.progress(f"tuning: python -m app tune --out {tuned}")
+            env = {**os.environ, "TTS_MODEL_PATH": str(self.model), "TTS_CACHE_DIR": str(self.server_cache),
+                   "TTS_LOG_LEVEL": "info"}
+            with open(self.logs / "tune.log", "wb") as sink:
+                subprocess.run([sys.executable, "-m", "app", "tune", "--out", str(tuned)], env=env, stdout=sink,
+                               stderr=subprocess.STDOUT, check=True)
+        found = sorted((tuned / tuning.DIRECTORY).glob("*.json"))
+        if not found:
+            raise RuntimeError(f"no tuning manifest under {tuned}")
+        manifest = tuning.Manifest.from_json(json.loads(found[-1].read_text()))
+        choice = manifest.choice
+        backend: Literal["onnxruntime", "openvino"] = "onnxruntime" if choice.backend == "onnxruntime" else "openvino"
+        self.results["tuning"] = manifest.to_json()
+        self.progress(f"tuned: {manifest.why}")
+        self.configs = [dataclasses.replace(
+            c, backend=backend, precision=choice.precision, streams=choice.streams,
+            threads_per_stream=choice.threads_per_stream, tuned_dir=str(tuned),
+            title=f"Complete system (default settings): tuned {choice.name} + compile cache + lifecycle")
+            if c.kind == "complete" else c for c in self.configs]
+
     def _finish(self) -> None:
         write_outputs(self.o.out, self.results)
 
@@ -199,6 +230,7 @@ class Run:
         cache = self.server_cache if config.compile_cache else self.inprocess_cache
         return inprocess.Job(name=name, backend=config.backend, streams=config.streams,
                              threads_per_stream=config.threads_per_stream, runtime_defaults=config.runtime_defaults,
+                             precision=config.precision,
                              concurrency=CEILING_CONCURRENCY, model_path=self.model, cache_dir=cache,
                              compile_cache=config.compile_cache, corpus=self.o.corpus, items=self.o.items)
 
