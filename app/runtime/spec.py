@@ -52,7 +52,8 @@ def _primary(spec: Spec) -> Backend:
     fallback = spec.writable / "openvino" / cache.name if cache else None
     return backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=settings.runtime_defaults,
                            precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
-                           shape_cache=settings.shape_cache)
+                           shape_cache=settings.shape_cache,
+                           optimized_dir=spec.writable / "onnxruntime" if settings.compile_cache else None)
 
 
 def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:

@@ -44,7 +44,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     cache = Path(job["cache_dir"]) if job.get("cache_dir") else None
     backend = backends.create(candidate.backend, Path(job["model_path"]), shape, runtime_defaults=False,
                               precision=candidate.precision, cache_dir=cache,
-                              shape_cache=int(job.get("shape_cache", 0)))
+                              shape_cache=int(job.get("shape_cache", 0)),
+                              optimized_dir=Path(job["optimized_dir"]) if job.get("optimized_dir") else None)
     resolved = backend.load()
     with np.load(job["work"]) as archive:
         keys = sorted({name.rsplit("/", 1)[0] for name in archive.files})

@@ -217,7 +217,9 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
         folder = Path(tmp)
         work = plan_inputs(settings, folder)
         base = {"folder": str(folder), "work": str(work), "model_path": str(model_path),
-                "shape_cache": settings.shape_cache, "affinity": pinned}
+                "shape_cache": settings.shape_cache, "affinity": pinned,
+                # ONNX Runtime serves from its saved, optimized graph: measure that, and leave it made.
+                "optimized_dir": str(writable / "onnxruntime") if settings.compile_cache else ""}
         log.info("tuning %d candidates on %d CPUs (%s), up to %d rounds", len(pool), cpus, key.cpu, rounds)
         ref_audio: dict[str, npt.NDArray[np.float32]] | None = None
         ref_efficiency = math.nan
