@@ -36,7 +36,8 @@ class _DrainingServer(uvicorn.Server):
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m app", description="Kokoro-82M TTS server",
+    parser = argparse.ArgumentParser(prog="python -m app", description="Kokoro-82M TTS server "
+                                     "(`python -m app tune --help`: the build-time engine tuner)",
                                      epilog="Every flag overrides the TTS_* environment variable of the same name.")
     docs = {name: text for name, _, text in documented()}
     for f in dataclasses.fields(Settings):
@@ -50,7 +51,10 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     # No telemetry leaves the process: ONNX Runtime reports usage on Linux unless told not to.
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    flags = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["tune"]:
+        return _tune(argv[1:])
+    flags = parse_args(argv)
     try:
         env = dict(os.environ)
         env.update({f"TTS_{k.upper()}": str(v) for k, v in flags.items()})
@@ -72,6 +76,19 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: None)
     server.run()
     return 0 if server.started else 1
+
+
+def _tune(argv: list[str]) -> int:
+    """``python -m app tune``: the engine tuner (`app.runtime.tuner`), configured by the same TTS_* variables."""
+    try:
+        settings = Settings.from_env(os.environ)
+    except SettingsError as exc:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        log.error("invalid setting: %s", exc)
+        return 2
+    from app.runtime import tuner
+
+    return tuner.main(argv, settings)
 
 
 if __name__ == "__main__":

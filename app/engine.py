@@ -25,6 +25,7 @@ from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
 from app.runtime.protocol import Runtime
+from app.runtime.tuning import EngineChoice
 from app.text import chunker
 from app.text.frontend import Frontend
 from app.text.vocab import Vocab
@@ -48,8 +49,10 @@ class Plan:
 class Engine:
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
-                 release_frontend: bool) -> None:
+                 release_frontend: bool, choice: EngineChoice | None = None) -> None:
         self.runtime = runtime
+        self.choice = choice
+        """Which form serves and why (`app.runtime.tuning`); None where the caller did not resolve one."""
         self.pool = pool
         self.frontend = frontend
         self.voices = voices

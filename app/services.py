@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from app.engine import Engine
 from app.metrics import Metrics
 from app.pool import StreamPool
-from app.runtime import cachedir, modelfile
+from app.runtime import cachedir, forms, modelfile, tuning
 from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec, build_runtime
@@ -39,11 +39,16 @@ class Services:
 
 def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolShape]:
     """Resolve the model and voices and wire the engine; loads nothing heavy yet (blocking I/O)."""
-    shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     writable = cachedir.writable(settings.cache_dir)
     # A read-only cache directory may still hold an assembled model: use it rather than assemble another.
     models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
     model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
+    digest = "" if settings.backend != "auto" else (
+        modelfile.expected_sha256() if settings.model_path is None else
+        settings.model_sha256 or modelfile.sha256_of(model_path))
+    settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
+    model_path = forms.path(choice.form, model_path, writable, digest)
+    shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
@@ -51,7 +56,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     frontend = Frontend(writable / "frontend")
     engine = Engine(runtime, StreamPool(shape.streams, queue), frontend, voices, Vocab.embedded(),
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
-                    max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend)
+                    max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend,
+                    choice=choice)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape

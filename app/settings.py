@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 PREFIX = "TTS_"
-BACKENDS = ("openvino", "onnxruntime")
+BACKENDS = ("auto", "openvino", "onnxruntime")
 PRECISIONS = ("f32", "bf16", "f16")
 
 
@@ -35,8 +35,10 @@ class Settings:
     """Interface to listen on (``--host``)."""
     port: int = 8080
     """TCP port (``--port``); ``PORT`` (as Cloud Run sets it) is used when ``TTS_PORT`` is unset."""
-    backend: str = "openvino"
-    """Inference runtime: ``openvino`` (default) or ``onnxruntime``."""
+    backend: str = "auto"
+    """Inference runtime: ``auto`` serves with what ``python -m app tune`` measured fastest on this CPU (among
+    the forms that pass the output check), or with OpenVINO where no tuning matches this machine;
+    ``openvino`` or ``onnxruntime`` force one."""
     model_path: Path | None = None
     """ONNX model file; unset means the embedded int8 Kokoro-82M assembled from PyPI packages."""
     model_sha256: str = ""

@@ -29,8 +29,10 @@ async def list_models(request: Request) -> JSONResponse:
 async def info(request: Request) -> JSONResponse:
     svc = services(request)
     resolved = svc.engine.resolved
+    choice = svc.engine.choice
     return JSONResponse({
-        "backend": svc.settings.backend,
+        "backend": choice.backend if choice else svc.settings.backend,
+        "engine": choice.public() if choice else None,
         "resolved": dataclasses.asdict(resolved) if resolved else None,
         "active_backend": svc.engine.runtime.active_name,
         "inferences_by_backend": dict(svc.engine.runtime.served),

@@ -61,21 +61,26 @@ class Target:
                    device=str(ov.Core().get_property("CPU", "FULL_DEVICE_NAME")))
 
 
-def cache_key(model_path: Path, model_sha256: str | None = None, *, target: Target | None = None) -> str:
-    """Filesystem-safe key of a compile cache: OpenVINO version, ISA family, CPU model and model hash.
+def cache_key(model_path: Path, model_sha256: str | None = None, *, target: Target | None = None,
+              precision: str = "f32") -> str:
+    """Filesystem-safe key of a compile cache: OpenVINO version, ISA family, CPU model and model hash,
+    and the inference precision when it is not f32.
 
     ``model_sha256`` saves hashing the model when the caller knows it; ``target`` defaults to this machine.
+    OpenVINO's own blob name leaves the precision hint out, so a bf16 blob in an f32 cache directory would
+    be imported for f32: each precision other than f32 gets a directory of its own.
     """
     target = target or Target.here()
     digest = model_sha256 or sha256_of(model_path)
     # "2026.4.1-22982-e213a147257-releases/2026/4" -> "2026.4.1-22982": release and build number.
     version = "-".join(target.openvino.split("-")[:2])
     device = _slug(target.device)[:40] + "-" + hashlib.sha256(target.device.encode()).hexdigest()[:6]
-    return _slug(f"ov{version}_{target.isa}_{device}_{digest[:16]}", keep="._")
+    suffix = "" if precision == "f32" else f"_{precision}"
+    return _slug(f"ov{version}_{target.isa}_{device}_{digest[:16]}{suffix}", keep="._")
 
 
 def choose(baked: Path | None, writable: Path, model_path: Path, model_sha256: str | None, *,
-           verify: bool = True, target: Target | None = None) -> tuple[Path, str]:
+           verify: bool = True, target: Target | None = None, precision: str = "f32") -> tuple[Path, str]:
     """The directory to hand OpenVINO as ``CACHE_DIR``, and why.
 
     ``baked`` holds read-only caches made at build time, one ``<key>/`` each; ``writable`` is the root
@@ -86,7 +91,7 @@ def choose(baked: Path | None, writable: Path, model_path: Path, model_sha256: s
     model_path = model_path.resolve()
     manifests = _manifests(baked) if baked is not None else {}
     model_sha256 = model_sha256 or _known_digest(model_path, manifests.values()) or sha256_of(model_path)
-    key = cache_key(model_path, model_sha256, target=target)
+    key = cache_key(model_path, model_sha256, target=target, precision=precision)
     fallback = writable / key
     if baked is None:
         return fallback, f"no baked cache configured: using {fallback}"

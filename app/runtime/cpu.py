@@ -44,3 +44,16 @@ def isa_family(flags: Iterable[str]) -> str:
 def family() -> str:
     """This machine's family."""
     return isa_family(cpu_flags())
+
+
+def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's brand string (``model name``), or ``unknown`` where the kernel does not say."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return "unknown"
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("model name", "Model", "cpu model"):
+            return value.strip() or "unknown"
+    return "unknown"

@@ -63,7 +63,8 @@ def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path
     from app.runtime import compile_cache
 
     digest = modelfile.expected_sha256() if settings.model_path is None else None
-    directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest)
+    directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest,
+                                          precision=settings.precision)
     readonly = settings.cache_dir / "openvino" / directory.name
     if writable != settings.cache_dir and directory.parent == writable / "openvino" and readonly.is_dir():
         # What a read-only cache directory already compiled is imported from there; when OpenVINO

@@ -1,0 +1,312 @@
+"""``python -m app tune``: measure every way this CPU can run the model, keep the fastest that passes.
+
+Each candidate (backend x precision x streams x threads within the CPU budget, `candidates`) runs in a
+trial process of its own (`app.runtime.trial`) on a fixed tuning corpus (`TUNING_TEXTS`, not the
+benchmark's), at full pool load. Its audio is compared, chunk by chunk, with ONNX Runtime's on the same
+model at one thread per session (`app.runtime.outputcheck`, the benchmark's check): a candidate that fails
+any chunk, or whose trial crashes, is never chosen. Trials run in interleaved rounds (A B C, A B C), so a
+noisy neighbour slows every candidate alike, and the choice is the highest median audio-seconds per
+CPU-second. The result is a manifest keyed to this CPU, budget, runtimes and model (`app.runtime.tuning`).
+
+OpenVINO is the engine this server is built around, so it wins ties (within `TIE`); where ONNX Runtime is
+faster by more than that, the tuner picks it and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.runtime import cachedir, forms, modelfile, outputcheck
+from app.runtime.cpu import cpu_flags
+from app.runtime.tuning import Candidate, Manifest, TuneKey, write
+from app.settings import Settings
+from app.sizing import read_budget
+
+log = logging.getLogger(__name__)
+
+TIE = 0.03
+"""OpenVINO keeps the choice unless another backend is more than 3 % more efficient."""
+
+TUNING_TEXTS: tuple[tuple[str, str], ...] = (
+    ("jf_alpha", "Thanks for calling."),
+    ("jm_kumo", "Your order has shipped and should arrive on Thursday, between nine and noon."),
+    ("jf_nezumi", "Turn left at the second light, then keep right until you see the station entrance."),
+    ("jf_gongitsune", "The quarterly figures came in above the forecast, and the board asked for a short summary "
+                      "of what changed, what it cost, and what we expect over the next two quarters."),
+    ("jf_tebukuro", "Please hold."),
+    ("jf_alpha", "Rain is likely this afternoon, so take an umbrella if you are heading out after lunch today."),
+)
+"""What the tuner synthesizes: short, medium and long sentences over the embedded voices, none of them the
+benchmark corpus's (a choice tuned on the benchmark would flatter the benchmark)."""
+
+FALLBACK_VOICE = "af_heart"
+"""Used for every text when the voices file has none of the voices above (the official voices file)."""
+
+REFERENCE = "onnxruntime-reference"
+
+
+def shapes(cpus: int) -> list[tuple[int, int]]:
+    """Streams x threads that fill ``cpus``: one thread per stream, two, and four on larger budgets."""
+    found = [(cpus, 1)]
+    for threads in (2, 4):
+        if cpus >= 2 * threads or (threads == 2 and cpus >= 2):
+            found.append((max(1, cpus // threads), threads))
+    return list(dict.fromkeys(found))
+
+
+def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
+    """Everything worth measuring on this CPU: OpenVINO f32 (and bf16 where the CPU computes it natively)
+    and ONNX Runtime, each at every shape of `shapes`."""
+    found: list[Candidate] = []
+    precisions = ["f32"] + (["bf16"] if {"avx512_bf16", "amx_bf16"} & flags else [])
+    for streams, threads in shapes(cpus):
+        for precision in precisions:
+            found.append(Candidate("openvino", precision, streams, threads))
+        found.append(Candidate("onnxruntime", "f32", streams, threads))
+    return found
+
+
+@dataclasses.dataclass
+class Result:
+    """A candidate's trials."""
+
+    candidate: Candidate
+    efficiencies: list[float] = dataclasses.field(default_factory=list)
+    throughputs: list[float] = dataclasses.field(default_factory=list)
+    peak_rss_mb: float = 0.0
+    load_s: float = 0.0
+    check: outputcheck.Verdict | None = None
+    error: str = ""
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.efficiencies)) if self.efficiencies else 0.0
+
+    @property
+    def eligible(self) -> bool:
+        return not self.error and self.check is not None and self.check.passed and bool(self.efficiencies)
+
+    def row(self) -> dict[str, Any]:
+        check = self.check
+        return {"candidate": self.candidate.name, **dataclasses.asdict(self.candidate),
+                "efficiency": round(self.median, 4), "efficiencies": [round(e, 4) for e in self.efficiencies],
+                "throughput": round(float(np.median(self.throughputs)), 4) if self.throughputs else 0.0,
+                "peak_rss_mb": round(self.peak_rss_mb, 1), "load_s": round(self.load_s, 2),
+                "check": None if check is None else {"passed": check.passed, "failed": len(check.failed),
+                                                    "max_mel_distance": round(check.max_mel_distance, 3),
+                                                    "max_abs_sample_diff": check.max_abs_sample_diff},
+                "chosen": False, "error": self.error}
+
+
+Trial = Callable[[Candidate, dict[str, Any]], tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]]
+"""Runs one trial: the outcome and the audio per input."""
+
+
+def subprocess_trial(candidate: Candidate, job: dict[str, Any]) -> tuple[dict[str, Any],
+                                                                         dict[str, npt.NDArray[np.float32]]]:
+    """Run the trial in a fresh interpreter (`app.runtime.trial`); a crash there raises here."""
+    folder = Path(job["folder"])
+    stem = folder / f"{candidate.name}-{job['round']}"
+    job = {**job, "candidate": dataclasses.asdict(candidate), "audio_out": f"{stem}.npz",
+           "outcome_out": f"{stem}.json"}
+    job_file = stem.with_suffix(".job.json")
+    job_file.write_text(json.dumps(job))
+    done = subprocess.run([sys.executable, "-m", "app.runtime.trial", str(job_file)], capture_output=True,
+                          text=True, timeout=job.get("timeout_s", 600))
+    if done.returncode != 0:
+        how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        last = (done.stderr.strip().splitlines() or [""])[-1][:300]
+        raise RuntimeError(f"trial ended with {how}: {last}")
+    outcome: dict[str, Any] = json.loads(Path(job["outcome_out"]).read_text())
+    with np.load(job["audio_out"]) as archive:
+        audio = {key: np.asarray(archive[key], dtype=np.float32) for key in archive.files}
+    return outcome, audio
+
+
+def plan_inputs(settings: Settings, folder: Path) -> Path:
+    """The tuning corpus as model inputs, planned by the server's own front end and chunker."""
+    from app.services import build_engine
+
+    engine, _ = build_engine(dataclasses.replace(settings, inference_process=False), read_budget())
+    engine.frontend.load((settings.lang,))
+    voices = set(engine.voices.names)
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for number, (voice, text) in enumerate(TUNING_TEXTS):
+        plan = engine.plan(text, voice if voice in voices else _fallback(engine.voices.names), 1.0)
+        for index, phonemes in enumerate(plan.chunks):
+            tokens = engine.vocab.tokens(phonemes)
+            arrays[f"t{number}/{index}/tokens"] = tokens
+            arrays[f"t{number}/{index}/style"] = plan.voice.style_for(tokens.shape[1] - 2)
+    path = folder / "inputs.npz"
+    np.savez(path, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds badly
+    return path
+
+
+def _fallback(names: list[str]) -> str:
+    return FALLBACK_VOICE if FALLBACK_VOICE in names else names[0]
+
+
+NEAR = 0.15
+"""After the first round, only candidates within 15 % of the best so far are measured again."""
+
+
+def _worth_another(results: dict[Candidate, Result], candidate: Candidate) -> bool:
+    result = results[candidate]
+    best = max((r.median for r in results.values() if r.eligible), default=0.0)
+    return result.eligible and result.median >= best * (1 - NEAR)
+
+
+def choose(results: list[Result]) -> tuple[Result | None, str]:
+    """The most efficient eligible result, OpenVINO winning ties; and one sentence saying why."""
+    eligible = sorted((r for r in results if r.eligible), key=lambda r: r.median, reverse=True)
+    if not eligible:
+        return None, "no candidate passed the output check"
+    best = eligible[0]
+    openvino = next((r for r in eligible if r.candidate.backend == "openvino"), None)
+    if openvino is not None and openvino is not best and openvino.median >= best.median * (1 - TIE):
+        return openvino, (f"{openvino.candidate.name}: {openvino.median:.3f} audio-s per CPU-s, within "
+                          f"{TIE:.0%} of {best.candidate.name} ({best.median:.3f}): OpenVINO keeps ties")
+    why = f"{best.candidate.name}: the highest median efficiency, {best.median:.3f} audio-s per CPU-s"
+    if openvino is not None and best.candidate.backend != "openvino":
+        why += (f", {best.median / openvino.median - 1:.0%} above the best OpenVINO form "
+                f"({openvino.candidate.name}, {openvino.median:.3f})")
+    failed = [r.candidate.name for r in results if not r.eligible]
+    if failed:
+        why += f"; not eligible: {', '.join(failed)}"
+    return best, why
+
+
+def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0,
+         only: list[Candidate] | None = None, trial: Trial = subprocess_trial) -> Manifest:
+    """Measure, check, choose, and write the manifest under ``out``."""
+    started = time.monotonic()
+    budget = read_budget()
+    cpus = budget.cpus
+    writable = cachedir.writable(settings.cache_dir)
+    models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
+    model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
+    digest = modelfile.expected_sha256() if settings.model_path is None else (
+        settings.model_sha256 or modelfile.sha256_of(model_path))
+    key = TuneKey.here(cpus, digest)
+    pool = only if only is not None else candidates(cpus, cpu_flags())
+    reference = Candidate("onnxruntime", "f32", cpus, 1)
+    # The reference configuration is usually a candidate too: its first trial gives the reference audio.
+    pool = sorted(pool, key=lambda c: c != reference)
+    results = {c: Result(c) for c in pool}
+    with tempfile.TemporaryDirectory(prefix="tts-tune-") as tmp:
+        folder = Path(tmp)
+        work = plan_inputs(settings, folder)
+        base = {"folder": str(folder), "work": str(work), "model_path": str(model_path),
+                "shape_cache": settings.shape_cache}
+        log.info("tuning %d candidates on %d CPUs (%s), up to %d rounds", len(pool), cpus, key.cpu, rounds)
+        ref_audio: dict[str, npt.NDArray[np.float32]] | None = None
+        ref_efficiency = math.nan
+        if reference not in results:
+            ref_outcome, ref_audio = trial(reference, {**base, "round": "ref"})
+            ref_efficiency = float(ref_outcome["efficiency"])
+        round_s = 0.0
+        for number in range(rounds):
+            todo = [c for c in pool if _worth_another(results, c)] if number else list(pool)
+            if number and (not todo or time.monotonic() - started + round_s * len(todo) / len(pool) > max_s):
+                log.info("tuning: %d round(s) done; %s", number,
+                         "nothing left close enough to the best" if not todo else f"the time limit is {max_s:.0f} s")
+                break
+            begun = time.monotonic()
+            for candidate in (todo if number % 2 == 0 else list(reversed(todo))):
+                result = results[candidate]
+                try:
+                    form_path = forms.path(candidate.form, model_path, writable, digest)
+                    # A derived form is a file of its own: its compile cache is keyed by its own hash.
+                    cache = _cache_dir(candidate, settings, writable, form_path,
+                                       digest if form_path == model_path else None)
+                    job = {**base, "round": number, "cache_dir": cache, "model_path": str(form_path)}
+                    outcome, audio = trial(candidate, job)
+                except Exception as exc:  # a crashed or failing trial rules the candidate out, nothing more
+                    result.error = str(exc)[:300]
+                    log.warning("tuning: %s failed: %s", candidate.name, result.error)
+                    continue
+                if ref_audio is None:
+                    ref_audio, ref_efficiency = audio, float(outcome["efficiency"])
+                result.efficiencies.append(float(outcome["efficiency"]))
+                result.throughputs.append(float(outcome["throughput"]))
+                result.peak_rss_mb = max(result.peak_rss_mb, float(outcome["peak_rss_mb"]))
+                result.load_s = float(outcome["load_s"])
+                verdict, _ = outputcheck.compare(candidate.name, REFERENCE, ref_audio, audio)
+                if result.check is None or not verdict.passed:
+                    result.check = verdict
+                log.info("tuning: %s round %d: %.3f audio-s per CPU-s, check %s", candidate.name, number,
+                         outcome["efficiency"], "pass" if verdict.passed else f"FAIL ({len(verdict.failed)} chunks)")
+            if number == 0:
+                round_s = time.monotonic() - begun
+    best, why = choose(list(results.values()))
+    if best is None:
+        raise RuntimeError(f"tuning found nothing to serve with: {why}")
+    table = [r.row() for r in results.values()]
+    for row in table:
+        row["chosen"] = row["candidate"] == best.candidate.name
+    table.append({"candidate": REFERENCE, **dataclasses.asdict(reference),
+                  "efficiency": round(ref_efficiency, 4), "reference": True})
+    manifest = Manifest(key=key, choice=best.candidate, why=why, table=table,
+                        made=datetime.now(UTC).isoformat(timespec="seconds"))
+    path = write(out, manifest)
+    log.info("tuned in %.0f s: %s (manifest %s)", time.monotonic() - started, why, path)
+    return manifest
+
+
+def _cache_dir(candidate: Candidate, settings: Settings, writable: Path, model_path: Path,
+               digest: str | None) -> str:
+    """The compile cache the server would use for this candidate (the baked one when it matches), so that
+    tuning imports what the image baked and fills what the server will import."""
+    if candidate.backend != "openvino" or not settings.compile_cache:
+        return ""
+    from app.runtime import compile_cache
+
+    directory, _ = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest,
+                                        precision=candidate.precision)
+    return str(directory)
+
+
+def format_table(manifest: Manifest) -> str:
+    """The manifest's table as aligned text, for the log and the README."""
+    lines = [f"{'candidate':<28} {'audio-s/CPU-s':>13} {'x realtime':>10} {'peak MB':>8} {'check':>12}"]
+    for row in manifest.table:
+        check = row.get("check")
+        verdict = "reference" if row.get("reference") else (
+            "error" if row.get("error") else ("pass" if check and check["passed"] else
+                                              f"FAIL {check['max_mel_distance']:.2f}" if check else "-"))
+        mark = " <- chosen" if row.get("chosen") else ""
+        throughput = row.get("throughput", math.nan)
+        lines.append(f"{row['candidate']:<28} {row['efficiency']:>13.3f} {throughput:>10.2f} "
+                     f"{row.get('peak_rss_mb', math.nan):>8.0f} {verdict:>12}{mark}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str], settings: Settings) -> int:
+    """``python -m app tune [--out DIR]``; ``settings`` come from the same TTS_* variables as the server's."""
+    parser = argparse.ArgumentParser(prog="python -m app tune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where the manifest goes (<out>/tuning/); default: the cache directory")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of trials (median over them)")
+    parser.add_argument("--max-s", type=float, default=170.0, help="start no new round after this many seconds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    manifest = tune(settings, out=args.out or cachedir.writable(settings.cache_dir), rounds=args.rounds,
+                    max_s=args.max_s)
+    sys.stdout.write(format_table(manifest) + "\n" + manifest.why + "\n")
+    return 0

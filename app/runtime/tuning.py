@@ -1,0 +1,214 @@
+"""The tuned engine choice: what `python -m app tune` measured on this CPU, and how the server finds it.
+
+A manifest names one `Candidate` (backend, precision, streams x threads) chosen for a `TuneKey`: the
+CPU (brand string, instruction-set family, a digest of every feature flag), the CPU budget, the runtime
+versions and the model's sha256. The server uses the choice only when the key it computes at start
+matches the manifest's exactly; a manifest made on another CPU, another budget, other runtimes or
+another model is ignored with a log line, and the server falls back to the default form.
+
+Light on purpose: the server reads this at start, before anything heavy is imported (runtime versions
+come from package metadata, the CPU from ``/proc/cpuinfo``; nothing here imports a runtime).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from app.runtime.cpu import cpu_flags, cpu_model_name, isa_family
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+DIRECTORY = "tuning"
+"""Manifests live in ``<cache dir>/tuning/`` (and ``<baked cache dir>/tuning/`` in the image)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run the model that the tuner can measure and the server can serve with."""
+
+    backend: str
+    """``openvino`` or ``onnxruntime``."""
+    precision: str
+    """OpenVINO's inference precision hint (``f32``, ``bf16``); ``f32`` for ONNX Runtime."""
+    streams: int
+    """Concurrent inferences (OpenVINO streams or ONNX Runtime sessions), one pool slot each."""
+    threads_per_stream: int
+    form: str = "onnx"
+    """The model file it runs (`app.runtime.forms`): ``onnx`` is the model as shipped."""
+
+    @property
+    def name(self) -> str:
+        form = "" if self.form == "onnx" else f"{self.form}-"
+        return f"{self.backend}-{form}{self.precision}-{self.streams}x{self.threads_per_stream}"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Candidate:
+        return cls(backend=str(data["backend"]), precision=str(data["precision"]), streams=int(data["streams"]),
+                   threads_per_stream=int(data["threads_per_stream"]), form=str(data.get("form", "onnx")))
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    """What a tuning result is valid for."""
+
+    cpu: str
+    """The CPU's brand string (``model name`` in /proc/cpuinfo)."""
+    isa: str
+    """Instruction-set family (`app.runtime.cpu.isa_family`)."""
+    flags: str
+    """First 16 hex digits of the sha256 of the sorted CPU feature flags: a VM that hides AMX or AVX-512
+    from the guest gets another key even under the same brand string."""
+    cpus: int
+    """Usable CPUs of the budget the pool was sized for."""
+    openvino: str
+    onnxruntime: str
+    model_sha256: str
+
+    @classmethod
+    def here(cls, cpus: int, model_sha256: str) -> TuneKey:
+        flags = cpu_flags()
+        return cls(cpu=cpu_model_name(), isa=isa_family(flags),
+                   flags=hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16], cpus=cpus,
+                   openvino=_version("openvino"), onnxruntime=_version("onnxruntime"), model_sha256=model_sha256)
+
+    def slug(self) -> str:
+        """File name stem: the ISA family, budget and a digest of everything else."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        return f"{self.isa}-{self.cpus}cpu-{digest}"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A tuning run's outcome: the choice and the table behind it."""
+
+    key: TuneKey
+    choice: Candidate
+    why: str
+    """One sentence: why this candidate won (figures included)."""
+    table: list[dict[str, Any]] = field(default_factory=list)
+    """Every candidate measured: name, median efficiency, output check, peak memory, error."""
+    made: str = ""
+    """ISO time of the tuning run."""
+    format: int = FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": self.format, "made": self.made, "key": asdict(self.key), "choice": asdict(self.choice),
+                "why": self.why, "table": self.table}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Manifest:
+        return cls(key=TuneKey(**data["key"]), choice=Candidate.from_json(data["choice"]), why=str(data["why"]),
+                   table=list(data.get("table", [])), made=str(data.get("made", "")),
+                   format=int(data.get("format", 0)))
+
+
+def write(directory: Path, manifest: Manifest) -> Path:
+    """Save under ``directory/tuning/<slug>.json`` (whole or not at all)."""
+    target = directory / DIRECTORY / f"{manifest.key.slug()}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    partial.write_text(json.dumps(manifest.to_json(), indent=2) + "\n")
+    os.replace(partial, target)
+    return target
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What the server found: a manifest whose key matches, or why none applies."""
+
+    manifest: Manifest | None
+    path: Path | None
+    reason: str
+
+
+def find(directories: list[Path], key: TuneKey) -> Lookup:
+    """The first manifest whose key matches ``key`` exactly, searching ``directories`` in order."""
+    others: list[str] = []
+    for directory in directories:
+        folder = directory / DIRECTORY
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            try:
+                manifest = Manifest.from_json(json.loads(path.read_text()))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                others.append(f"{path.name}: unreadable ({type(exc).__name__})")
+                continue
+            if manifest.format != FORMAT:
+                others.append(f"{path.name}: format {manifest.format}")
+            elif manifest.key == key:
+                return Lookup(manifest, path, f"tuned on this CPU ({path})")
+            else:
+                others.append(f"{path.name}: made for {_difference(manifest.key, key)}")
+    if others:
+        return Lookup(None, None, "no tuning manifest matches this machine (" + "; ".join(others) + ")")
+    return Lookup(None, None, "no tuning manifest (run `python -m app tune`)")
+
+
+def _difference(found: TuneKey, here: TuneKey) -> str:
+    mine, theirs = asdict(here), asdict(found)
+    return ", ".join(f"{name} {theirs[name]!r} (here {mine[name]!r})" for name in mine if mine[name] != theirs[name])
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+DEFAULT_BACKEND = "openvino"
+"""What ``TTS_BACKEND=auto`` serves with when no manifest matches this machine."""
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """Which form the server runs, and why (shown by ``/v1/info`` and logged at start)."""
+
+    source: str
+    """``tuned`` (a manifest matched), ``default`` (auto, none matched) or ``forced`` (TTS_BACKEND named one)."""
+    backend: str
+    precision: str
+    reason: str
+    form: str = "onnx"
+    """The model form served (`app.runtime.forms`)."""
+    manifest: str | None = None
+    """Path of the manifest used."""
+    table: list[dict[str, Any]] = field(default_factory=list)
+    """The tuner's figures behind the choice."""
+
+    def public(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tuple[Any, EngineChoice]:
+    """The settings to serve with and the choice behind them. ``settings`` is an `app.settings.Settings`
+    (typed loosely: this module stays importable without it); for ``backend=auto`` the tuned backend,
+    precision and shape replace the defaults, while streams or threads set explicitly stay."""
+    if settings.backend != "auto":
+        return settings, EngineChoice("forced", settings.backend, settings.precision,
+                                      f"TTS_BACKEND={settings.backend}")
+    key = TuneKey.here(cpus, model_sha256)
+    directories = [d for d in (settings.baked_cache_dir, writable) if d is not None]
+    found = find(list(dict.fromkeys(directories)), key)
+    if found.manifest is None:
+        log.info("engine: %s; serving with the default form (%s, %s)", found.reason, DEFAULT_BACKEND,
+                 settings.precision)
+        return (dataclasses.replace(settings, backend=DEFAULT_BACKEND),
+                EngineChoice("default", DEFAULT_BACKEND, settings.precision, found.reason))
+    choice = found.manifest.choice
+    tuned = dataclasses.replace(settings, backend=choice.backend, precision=choice.precision,
+                                streams=settings.streams or choice.streams,
+                                threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
+    log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
+    return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
+                               str(found.path), found.manifest.table)
