@@ -14,7 +14,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def test_defaults() -> None:
     settings = Settings.from_env({})
-    assert settings.backend == "openvino" and settings.port == 8080 and settings.quiet_window_s == 45.0
+    assert settings.backend == "auto" and settings.port == 8080 and settings.quiet_window_s == 45.0
 
 
 def test_env_values_are_typed() -> None:
