@@ -105,6 +105,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_the_quick_run_writes_the_report_and_plots(quick_run: Path) -> None:
     for name in ("results.json", "figures.json", "report.md", "efficiency.png", "memory_idle.png", "daily_bill.png"):
         assert (quick_run / name).stat().st_size > 0, name
@@ -117,6 +118,7 @@ def test_the_quick_run_writes_the_report_and_plots(quick_run: Path) -> None:
         "complete-c1.json", "complete-c2.json", "ort-defaults-c1.json", "ort-defaults-c2.json"]
 
 
+@pytest.mark.slow
 def test_the_quick_run_figures_are_sane(quick_run: Path) -> None:
     results = json.loads((quick_run / "results.json").read_text())
     for name in ("ort-defaults", "complete"):
@@ -142,6 +144,7 @@ def test_the_quick_run_figures_are_sane(quick_run: Path) -> None:
     assert _positive(derived["ceiling"]["sized_efficiency"])
 
 
+@pytest.mark.slow
 def test_the_quick_run_figures_feed_the_cost_model(quick_run: Path) -> None:
     figures = cost.load_figures(quick_run / "figures.json")
     names = [f.name for f in figures.configurations]

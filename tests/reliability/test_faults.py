@@ -211,8 +211,11 @@ def test_an_empty_read_only_cache_dir_falls_back_to_a_private_temporary_one(tmp_
     scratch.mkdir()
     setup = f"mount --bind {shlex.quote(str(cache))} {shlex.quote(str(cache))} && " \
             f"mount -o remount,ro,bind {shlex.quote(str(cache))} && export TMPDIR={shlex.quote(str(scratch))}"
-    with live_server(cache, tmp_path, prefix=in_namespace(setup), quiet_window_s="0", compile_cache="0") as fallback:
-        assert speak(fallback) == speak(server)
+    # ONNX Runtime: what is tested is where the server writes, and OpenVINO would compile afresh (12-20 s).
+    with live_server(cache, tmp_path, prefix=in_namespace(setup), quiet_window_s="0",
+                     backend="onnxruntime") as fallback:
+        reference = speak(server)
+        assert abs(len(speak(fallback)) - len(reference)) < 0.1 * len(reference)  # same speech, other runtime
         assert f"writing to {scratch}" in fallback.log()
     assert not list(cache.iterdir())
     assert any(scratch.rglob(modelfile.EMBEDDED_NAME))

@@ -1,6 +1,8 @@
-"""Hostile input: property-based fuzzing of the HTTP API and of the text path, against the real model.
+"""Hostile input: property-based fuzzing of the HTTP API and of the text path.
 
-No case may get a 5xx, hang or crash the app; every refusal is an OpenAI-shaped 4xx. ``FUZZ_EXAMPLES``
+No case may get a 5xx, hang or crash the app; every refusal is an OpenAI-shaped 4xx. Arbitrary bodies
+are fuzzed through the fake engine (tests/app/http/fake.py: body parsing and error mapping are the same
+code, and almost none reach a model); well-formed requests with hostile values go to the real model. ``FUZZ_EXAMPLES``
 sets the examples per test (default 150 here; the recorded run in bench/results/fuzz-20261129.txt
 used more). Texts that reach the model are kept short so that the suite stays quick; the text path
 alone (clean, G2P, chunker) is fuzzed with long inputs, and its time must grow linearly.
@@ -25,6 +27,7 @@ from app.settings import Settings
 from app.text import chunker
 from app.text import clean as textclean
 from app.text.frontend import Frontend
+from tests.app.http.fake import fake_engine
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -45,6 +48,13 @@ def client(cache_dir: Path) -> Iterator[TestClient]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def fake_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    settings = Settings(cache_dir=tmp_path_factory.mktemp("cache"), max_input_chars=200, quiet_window_s=0, streams=1)
+    with TestClient(create_app(settings, engine=fake_engine(settings)), raise_server_exceptions=False) as c:
+        yield c
+
+
 def check(response: Any) -> None:
     assert response.status_code < 500, response.text[:500]
     if response.status_code >= 400:
@@ -56,14 +66,14 @@ def check(response: Any) -> None:
 
 @FUZZ
 @given(raw=st.binary(max_size=300))
-def test_any_bytes_as_a_body(client: TestClient, raw: bytes) -> None:
-    check(client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"}))
+def test_any_bytes_as_a_body(fake_client: TestClient, raw: bytes) -> None:
+    check(fake_client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"}))
 
 
 @FUZZ
 @given(body=st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), json_values, max_size=6))
-def test_any_json_object_with_any_field_values(client: TestClient, body: dict[str, Any]) -> None:
-    check(client.post("/v1/audio/speech", content=json.dumps(body)))
+def test_any_json_object_with_any_field_values(fake_client: TestClient, body: dict[str, Any]) -> None:
+    check(fake_client.post("/v1/audio/speech", content=json.dumps(body)))
 
 
 @FUZZ
@@ -81,14 +91,14 @@ def test_well_formed_requests_with_hostile_values(client: TestClient, text: str,
 @pytest.mark.parametrize("raw", [b"[" * 100_000, b'{"input": ' * 50_000, b'{"input": "\\ud800x", "voice": "jf_alpha"}',
                                  b'{"input": "\xff\xfe", "voice": "jf_alpha"}', b'{"input": "hi", "speed": NaN}',
                                  b'{"input": "hi", "speed": 1e999}'])
-def test_deep_json_invalid_utf8_and_non_numbers(client: TestClient, raw: bytes) -> None:
-    check(client.post("/v1/audio/speech", content=raw))
+def test_deep_json_invalid_utf8_and_non_numbers(fake_client: TestClient, raw: bytes) -> None:
+    check(fake_client.post("/v1/audio/speech", content=raw))
 
 
 @pytest.mark.parametrize("voice", ["../../../../etc/passwd", "/etc/passwd", "voices.npz", "~/.ssh/id_rsa",
                                    "file:///etc/passwd", "jf_alpha/../../../etc/hosts"])
-def test_voice_strings_never_name_files(client: TestClient, voice: str) -> None:
-    response = client.post("/v1/audio/speech", json={"input": "hi", "voice": voice})
+def test_voice_strings_never_name_files(fake_client: TestClient, voice: str) -> None:
+    response = fake_client.post("/v1/audio/speech", json={"input": "hi", "voice": voice})
     assert response.status_code == 400
     assert "passwd" not in response.text.replace(voice, "") and "root:" not in response.text
 
