@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from app.audio import SAMPLE_RATE
 from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
@@ -34,6 +35,10 @@ from app.voices import Voice, VoiceBank
 log = logging.getLogger(__name__)
 
 SPEED_RANGE = (0.25, 4.0)
+
+
+def _audio_s(samples: npt.NDArray[np.float32]) -> float:
+    return len(samples) / SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -82,12 +87,22 @@ class Engine:
         return Plan(voice=resolved, speed=speed, chunks=tuple(chunks))
 
     async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
-        """Audio of each chunk in order; stops early if the consumer stops iterating."""
-        for phonemes in plan.chunks:
-            ids = self.vocab.ids(phonemes)
-            tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-            style = plan.voice.style_for(len(ids))
-            yield await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed))
+        """Audio of each chunk in order; stops early if the consumer stops iterating.
+
+        The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
+        moment this generator resumes is when that audio left: the playback clock starts there
+        and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
+        """
+        with self.pool.playback() as clock:
+            for phonemes in plan.chunks:
+                ids = self.vocab.ids(phonemes)
+                tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+                style = plan.voice.style_for(len(ids))
+                audio = await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style,
+                                                              speed=plan.speed),
+                                            clock=clock, tokens=len(ids), audio_s=_audio_s)
+                yield audio
+                clock.sent(_audio_s(audio))
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                speed: float) -> npt.NDArray[np.float32]:

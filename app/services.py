@@ -48,7 +48,9 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
     runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
     frontend = Frontend(writable / "frontend")
-    engine = Engine(runtime, StreamPool(shape.streams, queue), frontend, voices, Vocab.embedded(),
+    pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
+                      realtime_factor=settings.realtime_factor)
+    engine = Engine(runtime, pool, frontend, voices, Vocab.embedded(),
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
