@@ -28,6 +28,17 @@ def test_percentiles_interpolate() -> None:
     assert math.isnan(load.percentile([], 50))
 
 
+def test_stalls_are_what_a_1x_player_starting_at_the_first_byte_waits() -> None:
+    second = int(load.BYTES_PER_AUDIO_S)
+    assert load.stall_seconds([]) == 0.0
+    # 2 s of audio, then 1 s more at t=1.5 (in time), then 1 s more at t=5 (dry since t=3, so 2 s of wait).
+    assert load.stall_seconds([(0.0, 2 * second), (1.5, second), (5.0, second)]) == pytest.approx(2.0)
+    # Everything at once never stalls, however late the first byte.
+    assert load.stall_seconds([(9.0, 3 * second), (9.0, second)]) == 0.0
+    # After a stall the player resumes from the arrival: 1 s, then 1 s at t=3 (2 s wait), then 1 s at t=4.5 (0.5 s).
+    assert load.stall_seconds([(0.0, second), (3.0, second), (4.5, second)]) == pytest.approx(2.5)
+
+
 def test_cpu_seconds_reads_this_process() -> None:
     before = load.cpu_seconds(os.getpid())
     end = time.process_time() + 0.05
