@@ -141,6 +141,7 @@ class Engine:
                     bridged = self._restores > 0 and self.runtime.has_bridge
                     loaded = self.runtime.load_bridged() if bridged else self.runtime.load_primary()
                     timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
+                    timings["warm_up_s"] = loaded.warm_up_s
                     log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
             finally:
                 if frontend is not None:

@@ -75,6 +75,9 @@ class Settings:
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
     second); 0 turns it off."""
+    warm_up: bool = True
+    """Run one inference on every stream after each load (start, restore, the primary taking over from the
+    bridge) before it serves, so the first request does not pay the runtime's first-call costs."""
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413."""
     first_chunk_tokens: int = 100
