@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from app import silence
 from app.audio import SAMPLE_RATE
 from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
@@ -93,24 +94,29 @@ class Engine:
         moment this generator resumes is when that audio left: the playback clock starts there
         and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
         """
+        last = len(plan.chunks) - 1
         with self.pool.playback() as clock:
-            for phonemes in plan.chunks:
+            for index, phonemes in enumerate(plan.chunks):
                 ids = self.vocab.ids(phonemes)
                 tokens = np.array([[0, *ids, 0]], dtype=np.int64)
                 style = plan.voice.style_for(len(ids))
+                # The pause a join keeps is spoken at the request's speed, like the model's own.
+                pause_s = None if index == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
                 audio = await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style,
-                                                              speed=plan.speed),
+                                                              speed=plan.speed, pause_s=pause_s),
                                             clock=clock, tokens=len(ids), audio_s=_audio_s)
                 yield audio
                 clock.sent(_audio_s(audio))
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
-               speed: float) -> npt.NDArray[np.float32]:
+               speed: float, pause_s: float | None) -> npt.NDArray[np.float32]:
         try:
-            return self.runtime.infer(slot, tokens, style, speed)
+            audio = self.runtime.infer(slot, tokens, style, speed)
         except Exception as exc:  # a runtime error fails this request only; the slot stays usable
             log.exception("inference failed on slot %d", slot)
             raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
+        # Here, in the worker thread, not on the event loop: it scans every sample.
+        return silence.trim(audio, pause_s=pause_s)
 
     # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
 

@@ -80,11 +80,14 @@ class Settings:
     bridge) before it serves, so the first request does not pay the runtime's first-call costs."""
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413."""
-    first_chunk_tokens: int = 100
-    """Upper bound on the first model chunk, so first audio comes early."""
-    max_chunk_tokens: int = 250
-    """Upper bound on later model chunks (the model accepts at most 510); a hung-up client's
-    synthesis stops after the chunk in progress, so smaller chunks waste less."""
+    first_chunk_tokens: int = 30
+    """Upper bound on the first model chunk: a request's first audio waits for all of it (the first
+    sentence, else its first clauses or words within the bound). At about 0.9 s of inference per
+    audio-second on one thread (OpenVINO 2 x 1 here), 30 tokens is about 2 s of speech."""
+    max_chunk_tokens: int = 120
+    """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
+    chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
+    can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
     lang: str = "en-us"
