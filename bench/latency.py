@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from app.runtime import modelfile
 from app.sizing import read_budget, shape_for
 from bench import client, load, machine
@@ -66,8 +68,41 @@ def _first_request(server: Server, text: str, voice: str, repeats: int = 3) -> d
     return {"first_s": first.first_audio_s, "warm_s": median, "ratio": first.first_audio_s / median}
 
 
+def _first_audio_s(url: str, text: str, voice: str) -> float:
+    """Seconds to the first audio bytes of a streamed request, hanging up as soon as they arrive."""
+    body = {"model": "kokoro", "input": text, "voice": voice, "response_format": "pcm", "stream": True}
+    sent = time.perf_counter()
+    with httpx.Client(base_url=url, timeout=300) as http, \
+            http.stream("POST", "/v1/audio/speech", json=body) as response:
+        if response.status_code != 200:
+            raise client.RequestFailed(f"speech: {response.status_code}")
+        for part in response.iter_raw():
+            if part:
+                return time.perf_counter() - sent
+    raise client.RequestFailed("speech: the response carried no audio")
+
+
+def _alone(server: Server, corpus: corpus_mod.Corpus) -> dict[str, Any]:
+    """First audio of every corpus utterance sent alone. The client hangs up at the first audio; the chunk the
+    server had started meanwhile finishes on its own stream, so the next request waits only until a stream is
+    free and nothing waits for one (on the CPUs the other streams do not use)."""
+    found: dict[str, float] = {}
+    for utterance in corpus.utterances:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            pool = client.get_json(server.url, "/v1/info")["pool"]
+            if pool["busy"] < pool["slots"] and pool["waiting"] == 0:
+                break
+            time.sleep(0.05)
+        found[utterance.id] = _first_audio_s(server.url, utterance.text, utterance.voice)
+    values = list(found.values())
+    return {"first_audio_s": found, "p50": load.percentile(values, 50), "p90": load.percentile(values, 90),
+            "mean": sum(values) / len(values)}
+
+
 def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], clients: Sequence[int],
-        ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str) -> dict[str, Any]:
+        ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str,
+        alone: bool = True) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "levels").mkdir(exist_ok=True)
     work = cache_dir / "latency" / out.name
@@ -97,6 +132,10 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             results["variants"][name]["start"] = {"ready_s": ready_s, **first}
             _progress(f"{name}: ready {ready_s:.1f} s; first request after start {first['first_s']:.2f} s, "
                       f"warm {first['warm_s']:.2f} s ({first['ratio']:.2f} x)")
+            if alone:
+                results["variants"][name]["alone"] = found = _alone(server, corpus)
+                _progress(f"{name}: alone over the corpus, first audio p50 {found['p50']:.2f} s, "
+                          f"p90 {found['p90']:.2f} s")
         for index, count in enumerate(clients):
             order = list(variants) if index % 2 == 0 else list(reversed(variants))
             for name, _ in order:
@@ -147,6 +186,11 @@ def render(results: dict[str, Any]) -> str:
         start = results["variants"][name].get("start", {})
         lines.append(f"| `{name}` | {_f(start.get('ready_s'))} | {_f(start.get('first_s'))} | "
                      f"{_f(start.get('warm_s'))} | {_f(start.get('ratio'))} |")
+    lines += ["", "## Alone", "", "First audio of every corpus utterance sent on its own (the client hangs up at "
+              "the first audio).", "", "| variant | p50 s | p90 s | mean s |", "|---|---|---|---|"]
+    for name in names:
+        found = results["variants"][name].get("alone", {})
+        lines.append(f"| `{name}` | {_f(found.get('p50'))} | {_f(found.get('p90'))} | {_f(found.get('mean'))} |")
     lines += ["", "## Per load level", "",
               "First audio over the requests whose first audio arrived in the window; stalls: seconds a 1x player "
               "starting at the first byte waits for data, per audio-minute, over the window's completed requests.",
@@ -186,11 +230,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--drain-s", type=float, default=6.0)
     parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-alone", action="store_true", help="skip the first audio of each utterance alone")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
     args = parser.parse_args(argv)
     variants = [_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
     clients = [int(c) for c in args.clients.split(",") if c]
     run(args.out, args.cache_dir, variants, clients, args.ramp_s, args.window_s, args.drain_s, args.corpus,
-        "python -m bench latency " + shlex.join(argv))
+        "python -m bench latency " + shlex.join(argv), alone=not args.no_alone)
     print(args.out / "report.md")
     return 0
