@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from app import silence
+from app.audio import SAMPLE_RATE
 from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
@@ -34,6 +36,10 @@ from app.voices import Voice, VoiceBank
 log = logging.getLogger(__name__)
 
 SPEED_RANGE = (0.25, 4.0)
+
+
+def _audio_s(samples: npt.NDArray[np.float32]) -> float:
+    return len(samples) / SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -84,19 +90,35 @@ class Engine:
         return Plan(voice=resolved, speed=speed, chunks=tuple(chunks))
 
     async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
-        """Audio of each chunk in order; stops early if the consumer stops iterating."""
-        for phonemes in plan.chunks:
-            tokens = self.vocab.tokens(phonemes)
-            style = plan.voice.style_for(tokens.shape[1] - 2)  # the style for the phonemes, not the pads
-            yield await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed))
+        """Audio of each chunk in order; stops early if the consumer stops iterating.
+
+        The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
+        moment this generator resumes is when that audio left: the playback clock starts there
+        and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
+        """
+        last = len(plan.chunks) - 1
+        with self.pool.playback() as clock:
+            for index, phonemes in enumerate(plan.chunks):
+                ids = self.vocab.ids(phonemes)
+                tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+                style = plan.voice.style_for(len(ids))
+                # The pause a join keeps is spoken at the request's speed, like the model's own.
+                pause_s = None if index == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
+                audio = await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style,
+                                                              speed=plan.speed, pause_s=pause_s),
+                                            clock=clock, tokens=len(ids), audio_s=_audio_s)
+                yield audio
+                clock.sent(_audio_s(audio))
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
-               speed: float) -> npt.NDArray[np.float32]:
+               speed: float, pause_s: float | None) -> npt.NDArray[np.float32]:
         try:
-            return self.runtime.infer(slot, tokens, style, speed)
+            audio = self.runtime.infer(slot, tokens, style, speed)
         except Exception as exc:  # a runtime error fails this request only; the slot stays usable
             log.exception("inference failed on slot %d", slot)
             raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
+        # Here, in the worker thread, not on the event loop: it scans every sample.
+        return silence.trim(audio, pause_s=pause_s)
 
     # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
 
@@ -127,6 +149,7 @@ class Engine:
                     bridged = self._restores > 0 and self.runtime.has_bridge
                     loaded = self.runtime.load_bridged() if bridged else self.runtime.load_primary()
                     timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
+                    timings["warm_up_s"] = loaded.warm_up_s
                     log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
             finally:
                 if frontend is not None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from app.engine import Engine
 from app.metrics import Metrics
 from app.pool import StreamPool
 from app.runtime import cachedir, forms, modelfile, tuning
+from app.runtime.local import WarmUp
 from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec, build_runtime
@@ -16,7 +19,7 @@ from app.settings import Settings
 from app.sizing import CpuBudget, PoolShape, shape_for
 from app.text.frontend import Frontend
 from app.text.vocab import Vocab
-from app.voices import VoiceBank
+from app.voices import Voice, VoiceBank
 from lifecycle.manager import LifecycleManager
 
 log = logging.getLogger(__name__)
@@ -50,17 +53,30 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     model_path = forms.path(choice.form, model_path, writable, digest)
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     voices = VoiceBank.load(settings.voices_path)
+    vocab = Vocab.embedded()
     queue = settings.queue_size or 2 * shape.streams
-    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
+    warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
+    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up)
     runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
     frontend = Frontend(writable / "frontend")
-    engine = Engine(runtime, StreamPool(shape.streams, queue), frontend, voices, Vocab.embedded(),
+    pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
+                      realtime_factor=settings.realtime_factor)
+    engine = Engine(runtime, pool, frontend, voices, vocab,
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend,
                     choice=choice)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape
+
+
+WARM_UP_PHONEMES = "ðɪs ɪz ə ʃˈɔɹt sˈɛntəns tə wˈɔɹm ˈʌp ðə stɹˈim."
+"""A first chunk's worth of phonemes (about 45 tokens): what every slot runs once after a load."""
+
+
+def _warm_up(vocab: Vocab, voice: Voice) -> WarmUp:
+    ids = vocab.ids(WARM_UP_PHONEMES)
+    return WarmUp(tokens=np.array([[0, *ids, 0]], dtype=np.int64), style=voice.style_for(len(ids)))
 
 
 def default_voice(settings: Settings, voices: VoiceBank) -> str:

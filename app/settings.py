@@ -17,6 +17,7 @@ from typing import Any
 PREFIX = "TTS_"
 BACKENDS = ("auto", "openvino", "onnxruntime")
 PRECISIONS = ("f32", "bf16", "f16")
+SCHEDULERS = ("deadline", "fifo")
 
 
 class SettingsError(ValueError):
@@ -67,13 +68,29 @@ class Settings:
     (bench/results/soak-compare-20261129). -1 keeps OpenVINO's default."""
     queue_size: int = 0
     """Requests allowed to wait for a stream beyond those running; 0 means 2 × streams."""
+    scheduler: str = "deadline"
+    """How a free stream is handed out: ``deadline`` (the chunk whose listener runs out of audio first;
+    a request's first chunk is due at once) or ``fifo`` (first come, first served, per chunk)."""
+    deadline_margin_s: float = 1.0
+    """Safety margin of the deadline scheduler: a later chunk is due this long before the audio already
+    sent for its request would have played out at 1x (its expected inference time is taken off as well)."""
+    realtime_factor: float = 0.0
+    """Real-time admission: a new request waits before its first byte while the requests already playing
+    would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
+    second); 0 turns it off."""
+    warm_up: bool = True
+    """Run one inference on every stream after each load (start, restore, the primary taking over from the
+    bridge) before it serves, so the first request does not pay the runtime's first-call costs."""
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413."""
-    first_chunk_tokens: int = 100
-    """Upper bound on the first model chunk, so first audio comes early."""
-    max_chunk_tokens: int = 250
-    """Upper bound on later model chunks (the model accepts at most 510); a hung-up client's
-    synthesis stops after the chunk in progress, so smaller chunks waste less."""
+    first_chunk_tokens: int = 30
+    """Upper bound on the first model chunk: a request's first audio waits for all of it (the first
+    sentence, else its first clauses or words within the bound). At about 0.9 s of inference per
+    audio-second on one thread (OpenVINO 2 x 1 here), 30 tokens is about 2 s of speech."""
+    max_chunk_tokens: int = 120
+    """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
+    chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
+    can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
     lang: str = "en-us"
@@ -126,6 +143,9 @@ class Settings:
             ("streams", self.streams >= 0, "0 (auto) or more"),
             ("threads_per_stream", self.threads_per_stream >= 0, "0 (auto) or more"),
             ("queue_size", self.queue_size >= 0, "0 (auto) or more"),
+            ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
+            ("deadline_margin_s", 0 <= self.deadline_margin_s <= 60, "between 0 and 60"),
+            ("realtime_factor", 0 <= self.realtime_factor <= 100, "0 (off) or a positive factor up to 100"),
             ("shape_cache", self.shape_cache >= -1, "-1 (OpenVINO's default), 0 (off) or more"),
             ("max_input_chars", self.max_input_chars > 0, "positive"),
             ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),

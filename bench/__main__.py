@@ -5,6 +5,7 @@
 - ``cost`` / ``autoscale``: the cost and autoscaling audit (bench/audit.py; ``cost --run RUN`` prices a run).
 - ``soak``: memory under shape churn, per ``TTS_SHAPE_CACHE`` value (bench/soak.py).
 - ``overload``: a server held at 4 × its capacity (bench/overload.py).
+- ``latency``: first audio and stalls of server variants side by side, interleaved (bench/latency.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import audit, overload, report, runner, soak
+from bench import audit, latency, overload, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -72,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("autoscale", help="autoscaling audit (see python -m bench autoscale --help)", add_help=False)
     sub.add_parser("soak", help="memory under shape churn (see python -m bench soak --help)", add_help=False)
     sub.add_parser("overload", help="4 x capacity for minutes (see python -m bench overload --help)", add_help=False)
+    sub.add_parser("latency", help="first audio and stalls side by side (see python -m bench latency --help)",
+                   add_help=False)
     return parser
 
 
@@ -98,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         return soak.main(argv[1:])
     if argv and argv[0] == "overload":
         return overload.main(argv[1:])
+    if argv and argv[0] == "latency":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return latency.main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -20,7 +20,10 @@ window, with the audio per client-second the closed intervals of the window show
 Then they hang up; the server frees their slots.
 
 First audio is the time from sending a request to the arrival of its first audio bytes (PCM carries no header),
-over the requests whose first audio arrived inside the window. Progress goes to stderr every few seconds.
+over the requests whose first audio arrived inside the window. Stalls are what a listener would hear: a player
+that starts at the first byte and plays at 1x waits whenever the audio received so far has played out before the
+next part arrives; the level reports those waits per audio-minute, over the requests whose first audio arrived
+inside the window and that completed. Progress goes to stderr every few seconds.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ class RequestRecord:
     audio_bytes: int
     status: int
     error: str = ""
+    stall_s: float = 0.0
+    """Seconds a 1x player starting at the first byte would have waited for data (`stall_seconds`)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,12 @@ class LevelResult:
     first_audio_max: float
     first_audio_n: int
     """Requests whose first audio arrived inside the window."""
+    stall_s_per_audio_min: float
+    """Seconds a 1x player would wait for data per minute of audio, over the window's completed requests."""
+    stalled_requests: int
+    """Of those requests, how many stalled at all (more than 10 ms)."""
+    stall_requests_n: int
+    """Requests the stall figures are taken over."""
     client_cpu_s: float
     """CPU-seconds the load process itself used (it shares the machine)."""
     records: tuple[RequestRecord, ...]
@@ -120,6 +131,22 @@ def window_audio_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: 
         if overlap > 0:
             total += size * overlap / (at - since)
     return total / BYTES_PER_AUDIO_S
+
+
+def stall_seconds(parts: Sequence[tuple[float, int]]) -> float:
+    """Seconds a player that starts at the first part and plays at 1x waits for data, given the parts of one
+    response as (arrival time, bytes): it runs dry whenever the audio received so far has played out before
+    the next part arrives, and resumes when it does."""
+    if not parts:
+        return 0.0
+    stalled = 0.0
+    dry_at = parts[0][0] + parts[0][1] / BYTES_PER_AUDIO_S
+    for at, size in parts[1:]:
+        if at > dry_at:
+            stalled += at - dry_at
+            dry_at = at
+        dry_at += size / BYTES_PER_AUDIO_S
+    return stalled
 
 
 def covered_s(arrivals: Sequence[tuple[float, float, int]], w0: float, w1: float) -> float:
@@ -163,6 +190,7 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
         done: float | None = None
         since = sent
         last: int | None = None
+        parts: list[tuple[float, int]] = []
         level.open_since[index] = sent
         try:
             async with http.stream("POST", url, json=body) as response:
@@ -175,6 +203,8 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
                         if first is None and part:
                             first = now
                         received += len(part)
+                        if part:
+                            parts.append((now, len(part)))
                         if last is not None and now - level.arrivals[last][1] < COALESCE_S:
                             # The rest of the same chunk, split by the transport: it was made in the same
                             # interval as its first bytes, not in the milliseconds since they arrived.
@@ -198,7 +228,8 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
             error = f"{type(exc).__name__}: {exc}"
         level.records.append(RequestRecord(index, utterance.id, sent - level.start,
                                            None if first is None else first - level.start,
-                                           None if done is None else done - level.start, received, status, error))
+                                           None if done is None else done - level.start, received, status, error,
+                                           stall_seconds(parts)))
         if error:
             await asyncio.sleep(0.2)  # do not spin on a server that refuses
 
@@ -262,6 +293,9 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
     # instead would drop the slowest requests, those still waiting when the clients hang up.
     first = [r.first_audio - r.sent for r in level.records if r.first_audio is not None and w0 <= r.first_audio < w1]
     errors = sum(1 for r in level.records if r.error and r.done is None and "cancelled" not in r.error)
+    played = [r for r in level.records if r.first_audio is not None and w0 <= r.first_audio < w1 and r.done is not None]
+    played_audio_s = sum(r.audio_bytes for r in played) / BYTES_PER_AUDIO_S
+    stall_rate = 60.0 * sum(r.stall_s for r in played) / played_audio_s if played_audio_s > 0 else math.nan
     return LevelResult(
         clients=clients, ramp_s=ramp_s, window_s=window, server_cpu_s=cpu, audio_s=audio_s,
         audio_s_extrapolated=extrapolated, clients_open_at_end=len(still_open),
@@ -270,13 +304,17 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
         requests_completed=sum(1 for r in level.records if r.done is not None and w0 <= r.done < w1),
         errors=errors, first_audio_p50=percentile(first, 50), first_audio_p90=percentile(first, 90),
         first_audio_mean=sum(first) / len(first) if first else math.nan,
-        first_audio_max=max(first) if first else math.nan, first_audio_n=len(first), client_cpu_s=client_cpu,
+        first_audio_max=max(first) if first else math.nan, first_audio_n=len(first),
+        stall_s_per_audio_min=stall_rate, stalled_requests=sum(1 for r in played if r.stall_s > 0.01),
+        stall_requests_n=len(played), client_cpu_s=client_cpu,
         records=tuple(sorted(level.records, key=lambda r: r.sent)),
     )
 
 
 def read(path: Path) -> LevelResult:
     data = json.loads(path.read_text())
+    for name in ("stall_s_per_audio_min", "stalled_requests", "stall_requests_n"):  # runs from before stalls
+        data.setdefault(name, math.nan if name == "stall_s_per_audio_min" else 0)
     records = tuple(RequestRecord(**r) for r in data.pop("records"))
     return LevelResult(**data, records=records)
 

@@ -104,6 +104,21 @@ def _first_audio(results: Mapping[str, Any], at: int) -> str:
     return _table(["configuration", "p50 s", "p90 s", "mean s", "max s", "requests", "completed in window"], rows)
 
 
+def latency(results: Mapping[str, Any]) -> str:
+    """First audio p50 / p90 and stalls per audio-minute, per configuration and client count."""
+    clients = list(results["run"]["options"]["clients"])
+    rows = []
+    for name, record in results.get("configs", {}).items():
+        by = {lv["clients"]: lv for lv in record.get("levels", [])}
+        cells = []
+        for c in clients:
+            lv = by.get(c)
+            cells.append("n/a" if lv is None else f"{_num(lv['first_audio_p50'])} / {_num(lv['first_audio_p90'])}"
+                         f" / {_num(lv.get('stall_s_per_audio_min'))}")
+        rows.append([f"`{name}`", *cells])
+    return _table(["configuration", *[f"{c} clients" for c in clients]], rows)
+
+
 def _inprocess(results: Mapping[str, Any]) -> str:
     rows = []
     for name, job in results.get("inprocess", {}).items():
@@ -383,6 +398,9 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         _inprocess(results), "",
         "![efficiency](efficiency.png)", "",
         f"## First audio at {at} clients", "", _first_audio(results, at), "",
+        "## Latency per load level", "",
+        "First audio p50 / p90 (s) / stalls: seconds a 1x player starting at the first byte waits for data, per "
+        "audio-minute:", "", latency(results), "",
         "## Memory", "", _memory(results), "", "![memory over idle time](memory_idle.png)", "",
         "## Cold start and the released state", "", _lifecycle(results, derived), "",
         "## Output checks", "", _checks(results), "",

@@ -371,7 +371,7 @@ class Run:
         summary["_memory"] = {"clients": clients, "mean_mb": sum(steady) / len(steady) / MB, "max_mb": max(steady) / MB}
         self.progress(f"    {clients} clients: {result.efficiency:.2f} audio-s per CPU-s, "
                       f"{result.throughput:.2f} audio-s per s, first audio p50 {result.first_audio_p50:.2f} s, "
-                      f"{result.errors} errors")
+                      f"stalls {result.stall_s_per_audio_min:.2f} s per audio-min, {result.errors} errors")
         if not server.alive():
             raise RuntimeError(f"the server exited during the {clients}-client level; see {server.log_path}")
         return summary

@@ -8,6 +8,11 @@ thread once the bridge's first inference is done; new inferences switch to the p
 soon as it is ready and the bridge is dropped when its last inference ends. Nothing loaded is
 thrown away unused.
 
+Every load ends with a **warm-up**: each slot runs one short inference before the backend serves,
+so the first request (after start, after a restore, or the first inference of the primary taking
+over from the bridge) does not pay the runtime's first-call costs. The warm-up calls the backend
+directly: it is not counted as served, and it does not count as the bridge's first inference.
+
 Threads: `load_*` and `unload` run in the lifecycle's worker thread (never concurrently with
 each other); `infer` runs in the pool's worker threads; the background loader is joined by
 `unload`, so a release never races a load.
@@ -15,11 +20,14 @@ each other); `infer` runs in the pool's worker threads; the background loader is
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,12 +41,21 @@ PRIMARY_WAIT_S = 5.0
 """Longest wait for the bridge's first inference before the primary starts loading anyway."""
 
 
+@dataclass(frozen=True)
+class WarmUp:
+    """The input every slot runs once after a load, before it serves."""
+
+    tokens: npt.NDArray[np.int64]
+    style: npt.NDArray[np.float32]
+
+
 class LocalRuntime:
     """The backends in this process (`app.runtime.protocol.Runtime`): the primary, and the bridge if any."""
 
-    def __init__(self, primary: Backend, bridge: Backend | None = None) -> None:
+    def __init__(self, primary: Backend, bridge: Backend | None = None, warm_up: WarmUp | None = None) -> None:
         self.primary = primary
         self.bridge = bridge
+        self.warm_up = warm_up
         self.resolved: Resolved | None = None
         """What the primary resolved at its last load."""
         self.served: Counter[str] = Counter()
@@ -67,7 +84,7 @@ class LocalRuntime:
 
     def load_primary(self) -> Resolved:
         """Load the primary and serve with it (first start, or a restore without a bridge)."""
-        self.resolved = self.primary.load()
+        self.resolved = self._warm(self.primary, self.primary.load())
         with self._lock:
             self._active = self.primary
         return self.resolved
@@ -75,7 +92,7 @@ class LocalRuntime:
     def load_bridged(self) -> Resolved:
         """Open the bridge and serve with it now; load the primary in the background."""
         assert self.bridge is not None
-        opened = self.bridge.load()
+        opened = self._warm(self.bridge, self.bridge.load())
         with self._lock:
             self._active = self.bridge
         self._bridge_served = threading.Event()
@@ -98,7 +115,7 @@ class LocalRuntime:
         except (OSError, AttributeError):
             pass
         try:
-            resolved = self.primary.load()
+            resolved = self._warm(self.primary, self.primary.load())
         except Exception:  # the bridge keeps serving; the next release/restore retries
             log.exception("primary backend failed to load behind the bridge; the bridge keeps serving")
             return
@@ -111,6 +128,32 @@ class LocalRuntime:
             self.on_primary(resolved)
         if idle_bridge and self.bridge is not None:
             self.bridge.unload()
+
+    def _warm(self, backend: Backend, resolved: Resolved) -> Resolved:
+        """One inference on every slot of a freshly loaded ``backend``, all at once (they are independent)."""
+        warm_up = self.warm_up
+        if warm_up is None:
+            return resolved
+        start = time.perf_counter()
+        failures: list[BaseException] = []
+
+        def run(slot: int) -> None:
+            try:
+                backend.infer(slot, warm_up.tokens, warm_up.style, 1.0)
+            except Exception as exc:  # a backend that cannot infer must not serve: raised below
+                failures.append(exc)
+
+        threads = [threading.Thread(target=run, args=(slot,), name=f"warm-up-{slot}")
+                   for slot in range(resolved.slots)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise RuntimeError(f"the {backend.name} warm-up inference failed: {failures[0]!r}") from failures[0]
+        seconds = time.perf_counter() - start
+        log.info("%s warmed up: %d slots in %.2f s", backend.name, resolved.slots, seconds)
+        return dataclasses.replace(resolved, warmed=resolved.slots, warm_up_s=seconds)
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:

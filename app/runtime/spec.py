@@ -16,7 +16,7 @@ from pathlib import Path
 from app.runtime import backends, modelfile
 from app.runtime.backends.base import Backend
 from app.runtime.backends.deferred import Deferred
-from app.runtime.local import LocalRuntime
+from app.runtime.local import LocalRuntime, WarmUp
 from app.settings import Settings
 from app.sizing import PoolShape
 
@@ -32,6 +32,8 @@ class Spec:
     shape: PoolShape
     writable: Path
     """The writable cache directory (compile cache, the bridge's optimized graph)."""
+    warm_up: WarmUp | None = None
+    """What every slot runs once after each load, before serving; None skips the warm-up."""
 
     @property
     def has_bridge(self) -> bool:
@@ -43,7 +45,7 @@ def build_runtime(spec: Spec) -> LocalRuntime:
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.model_path, spec.shape, spec.writable / "onnxruntime")
               if spec.has_bridge else None)
-    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge)
+    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
 
 
 def _primary(spec: Spec) -> Backend:

@@ -3,11 +3,12 @@
 The model takes at most 510 tokens. Nothing is ever dropped: a piece that fits nowhere else is
 cut at a word boundary, and a single word longer than a chunk is cut hard.
 
-Chunks grow: the first is one sentence (or its first clauses, within ``first_max``) so the
-first audio leaves early, and each
-later bound doubles up to ``max_tokens``. Synthesis of chunk k+1 runs while chunk k plays, so a
-chunk at most twice as long as the one before keeps playback fed at the real-time factors
-measured here, where one giant second chunk would stall it.
+The first chunk is small, because a request's first audio waits for all of it: the first
+sentence when it fits ``first_max``, else as many of its first clauses as fit, else as many of
+its first words (never a lone word when more fit). Later chunks grow, each bound twice the one
+before, up to ``max_tokens``: synthesis of chunk k+1 runs while chunk k plays, so a chunk at most
+twice as long as the one before keeps playback fed, and ``max_tokens`` bounds how long one
+running chunk can keep a new request's first chunk waiting for its stream.
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
 def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
     """Chunks of ``phonemes``: the first at most ``first_max`` characters, later ones up to ``max_tokens``."""
     max_tokens = min(max_tokens, MODEL_MAX_TOKENS)
-    limit = min(first_max, max_tokens)
-    pending = deque(p for p in _SENTENCE.split(phonemes.strip()) if p)
-    out: list[str] = []
+    first_limit = min(first_max, max_tokens)
+    sentences = [p for p in _SENTENCE.split(phonemes.strip()) if p]
+    if not sentences:
+        return []
+    head, rest = _head(sentences[0], first_limit)
+    out = [head]
+    pending = deque(([rest] if rest else []) + sentences[1:])
+    limit = min(max_tokens, first_limit * 2)
     current = ""
     while pending:
         piece = pending.popleft()
@@ -48,7 +54,7 @@ def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
                 limit = min(max_tokens, limit * 2)
             continue
         joined = f"{current} {piece}" if current else piece
-        if len(joined) <= limit and (out or not current):
+        if len(joined) <= limit:
             current = joined
         else:
             out.append(current)
@@ -56,6 +62,22 @@ def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
     if current:
         out.append(current)
     return out
+
+
+def _head(sentence: str, limit: int) -> tuple[str, str]:
+    """The first chunk of a sentence within ``limit``, and what is left of the sentence."""
+    if len(sentence) <= limit:
+        return sentence, ""
+    for boundary in _FINER:
+        parts = [p for p in boundary.split(sentence) if p]
+        if len(parts) > 1 and len(parts[0]) <= limit:
+            taken = 1
+            size = len(parts[0])
+            while taken < len(parts) and size + 1 + len(parts[taken]) <= limit:
+                size += 1 + len(parts[taken])
+                taken += 1
+            return " ".join(parts[:taken]), " ".join(parts[taken:])
+    return sentence[:limit], sentence[limit:]  # a first word longer than the limit: cut it
 
 
 def _split_finer(piece: str) -> list[str]:

@@ -28,6 +28,17 @@ def test_percentiles_interpolate() -> None:
     assert math.isnan(load.percentile([], 50))
 
 
+def test_stalls_are_what_a_1x_player_starting_at_the_first_byte_waits() -> None:
+    second = int(load.BYTES_PER_AUDIO_S)
+    assert load.stall_seconds([]) == 0.0
+    # 2 s of audio, then 1 s more at t=1.5 (in time), then 1 s more at t=5 (dry since t=3, so 2 s of wait).
+    assert load.stall_seconds([(0.0, 2 * second), (1.5, second), (5.0, second)]) == pytest.approx(2.0)
+    # Everything at once never stalls, however late the first byte.
+    assert load.stall_seconds([(9.0, 3 * second), (9.0, second)]) == 0.0
+    # After a stall the player resumes from the arrival: 1 s, then 1 s at t=3 (2 s wait), then 1 s at t=4.5 (0.5 s).
+    assert load.stall_seconds([(0.0, second), (3.0, second), (4.5, second)]) == pytest.approx(2.5)
+
+
 def test_the_grid_on_two_and_sixteen_cores() -> None:
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     assert configs.grid(two) == [(2, 1), (1, 2)]
@@ -169,3 +180,24 @@ def test_audio_is_credited_to_the_time_it_was_made_in() -> None:
     assert load.window_audio_s(arrivals, 0.0, 6.0) == pytest.approx(6.0)
     assert load.window_audio_s([(3.0, 3.0, second)], 2.0, 5.0) == pytest.approx(1.0)
     assert load.window_audio_s([(6.0, 7.0, second)], 2.0, 5.0) == 0.0
+
+
+def test_latency_variants_and_report() -> None:
+    from bench import latency
+
+    assert latency._variant("fifo") == ("fifo", latency.VARIANTS["fifo"])
+    assert latency._variant("small:TTS_FIRST_CHUNK_TOKENS=20,TTS_SCHEDULER=fifo") == (
+        "small", {"TTS_FIRST_CHUNK_TOKENS": "20", "TTS_SCHEDULER": "fifo"})
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        latency._variant("nope")
+    level = {"clients": 2, "first_audio_p50": 0.3, "first_audio_p90": 0.9, "stall_s_per_audio_min": 0.1,
+             "stalled_requests": 1, "stall_requests_n": 9, "efficiency": 2.0, "throughput": 3.0, "first_audio_n": 10,
+             "errors": 0}
+    results = {"run": {"id": "x", "command": "c", "clients": [2], "ramp_s": 1.0, "window_s": 2.0, "shape": "2x1"},
+               "machine": {"cpu_model": "cpu"}, "corpus": {"name": "study16"},
+               "variants": {"fifo": {"settings": {}, "levels": [level]},
+                            "deadline": {"settings": {"TTS_X": "1"}, "levels": [dict(level, efficiency=1.9)]}}}
+    report = latency.render(results)
+    assert "| 2 | `deadline` | 0.30 | 0.90 | 0.10 | 1/9 | 1.90 (0.95 x)" in report

@@ -17,6 +17,43 @@ def test_first_chunk_is_short_and_later_chunks_grow() -> None:
     assert max(len(c) for c in chunks) > 200
 
 
+def test_first_chunk_is_the_first_sentence_when_it_fits() -> None:
+    chunks = chunk("hˈI. ˈaɪm hˈɪɹ. sˈO ɑɹ jˈu.", first_max=30, max_tokens=250)
+    assert chunks[0] == "hˈI."  # never two sentences: the first audio waits for all of its chunk
+
+
+def test_first_chunk_takes_as_many_first_clauses_as_fit() -> None:
+    text = "wˈɛl, ˈaɪ θˈɪŋk sˈO, bˌʌt ðə wˈɛðəɹ ɪz tˈɜɹnɪŋ ænd wˈi ʃʊd lˈiv sˈun, bɪfˈɔɹ ɪt ɹˈeɪnz."
+    chunks = chunk(text, first_max=30, max_tokens=250)
+    assert chunks[0] == "wˈɛl, ˈaɪ θˈɪŋk sˈO,"
+    assert len(chunks[0]) <= 30
+
+
+def test_a_long_first_clause_is_cut_at_a_word_boundary_within_the_bound() -> None:
+    words = ["ðə", "kwˈɪk", "bɹˈWn", "fˈɑks", "ʤˈʌmps", "ˈOvəɹ", "ðə", "lˈeɪzi", "dˈɔɡ", "ænd", "ɹˈʌnz", "əwˈeɪ"] * 3
+    text = " ".join(words) + "."
+    for first_max in (20, 30, 40):
+        chunks = chunk(text, first_max=first_max, max_tokens=250)
+        head = chunks[0].split(" ")
+        assert len(chunks[0]) <= first_max
+        assert head == words[:len(head)], "cut inside a word"
+        assert len(head) > 1, "a lone word when more fit"
+        # Greedy: the next word would not have fitted.
+        assert len(chunks[0]) + 1 + len(words[len(head)]) > first_max
+        assert " ".join(chunks).replace(" ", "") == text.replace(" ", "")
+
+
+def test_later_chunks_grow_to_the_bound_and_never_past_it() -> None:
+    text = "sˈʌm wˈɜɹdz hˈɪɹ ænd ðˈɛɹ. " * 60
+    chunks = chunk(text, first_max=30, max_tokens=120)
+    sizes = [len(c) for c in chunks]
+    assert sizes[0] <= 30
+    assert all(size <= 120 for size in sizes)
+    assert max(sizes) > 90
+    # Each bound is twice the one before: chunk k+1 is ready before chunk k has played out.
+    assert all(size <= min(120, 30 * 2**k) for k, size in enumerate(sizes))
+
+
 def test_long_sentence_splits_at_clauses_before_words() -> None:
     clause = "ə lˈɔŋ klˈɔz wɪð mˈɛni wˈɜɹdz ɪn ɪt"
     text = ", ".join([clause] * 20) + "."

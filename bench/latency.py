@@ -1,0 +1,242 @@
+"""``python -m bench latency``: first audio and stalls of server variants, side by side, interleaved.
+
+Every variant is a full server (``python -m app``, OpenVINO sized by the server's rule, compile cache on,
+lifecycle off) that differs only in the ``TTS_*`` settings the variant names. All of them start first (one
+after another, so their starts do not compete), and each measures its *first request after start* against the
+same request once warm. Then, per client count, every variant runs the same closed-loop level (`bench.load`),
+in alternating order from one level to the next (A B, B A, ...), so drift of this shared machine falls on both
+alike. Idle servers use no CPU; each level's CPU time is read from its own server's process tree.
+
+Per variant and level: first audio p50 / p90, stalls per audio-minute (a 1x player starting at the first byte),
+audio-seconds per CPU-second and per second. Writes ``results.json``, ``levels/`` and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app.runtime import modelfile
+from app.sizing import read_budget, shape_for
+from bench import client, load, machine
+from bench import corpus as corpus_mod
+from bench.configs import ServerConfig
+from bench.meter import files_under
+from bench.server import Server
+from lifecycle.pagecache import evict
+
+log = logging.getLogger(__name__)
+
+VARIANTS: dict[str, dict[str, str]] = {
+    "fifo": {"TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_MAX_CHUNK_TOKENS": "250",
+             "TTS_WARM_UP": "0"},
+    "deadline": {},
+}
+"""Named variants: ``fifo`` is the server as it was before the deadline scheduler (first come, first served,
+chunks of at most 100 then 250 tokens, no warm-up); ``deadline`` is the current defaults."""
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """``name`` (a known variant) or ``name:TTS_X=1,TTS_Y=2`` (settings on top of the defaults)."""
+    name, _, rest = text.partition(":")
+    if not rest:
+        if name not in VARIANTS:
+            raise argparse.ArgumentTypeError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+        return name, dict(VARIANTS[name])
+    settings = dict(pair.split("=", 1) for pair in rest.split(",") if pair)
+    if not all(key.startswith("TTS_") for key in settings):
+        raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
+    return name, settings
+
+
+def _first_request(server: Server, text: str, voice: str, repeats: int = 3) -> dict[str, Any]:
+    """First audio of the first request after start, and of the same request warm (the median of ``repeats``)."""
+    first = client.speak(server.url, text, voice)
+    warm = sorted(client.speak(server.url, text, voice).first_audio_s for _ in range(repeats))
+    median = warm[len(warm) // 2]
+    return {"first_s": first.first_audio_s, "warm_s": median, "ratio": first.first_audio_s / median}
+
+
+def _first_audio_s(url: str, text: str, voice: str) -> float:
+    """Seconds to the first audio bytes of a streamed request, hanging up as soon as they arrive."""
+    body = {"model": "kokoro", "input": text, "voice": voice, "response_format": "pcm", "stream": True}
+    sent = time.perf_counter()
+    with httpx.Client(base_url=url, timeout=300) as http, \
+            http.stream("POST", "/v1/audio/speech", json=body) as response:
+        if response.status_code != 200:
+            raise client.RequestFailed(f"speech: {response.status_code}")
+        for part in response.iter_raw():
+            if part:
+                return time.perf_counter() - sent
+    raise client.RequestFailed("speech: the response carried no audio")
+
+
+def _alone(server: Server, corpus: corpus_mod.Corpus) -> dict[str, Any]:
+    """First audio of every corpus utterance sent alone. The client hangs up at the first audio; the chunk the
+    server had started meanwhile finishes on its own stream, so the next request waits only until a stream is
+    free and nothing waits for one (on the CPUs the other streams do not use)."""
+    found: dict[str, float] = {}
+    for utterance in corpus.utterances:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            pool = client.get_json(server.url, "/v1/info")["pool"]
+            if pool["busy"] < pool["slots"] and pool["waiting"] == 0:
+                break
+            time.sleep(0.05)
+        found[utterance.id] = _first_audio_s(server.url, utterance.text, utterance.voice)
+    values = list(found.values())
+    return {"first_audio_s": found, "p50": load.percentile(values, 50), "p90": load.percentile(values, 90),
+            "mean": sum(values) / len(values)}
+
+
+def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], clients: Sequence[int],
+        ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str,
+        alone: bool = True) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "levels").mkdir(exist_ok=True)
+    work = cache_dir / "latency" / out.name
+    model = modelfile.assemble(cache_dir / "models")
+    corpus = corpus_mod.load(corpus_path)
+    shape = shape_for(read_budget())
+    config = ServerConfig("sized", "OpenVINO sized by the rule", "openvino", "sized", shape.streams,
+                          shape.threads_per_stream, compile_cache=True)
+    results: dict[str, Any] = {
+        "run": {"id": out.name, "command": command, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "clients": list(clients), "ramp_s": ramp_s, "window_s": window_s, "shape": config.shape},
+        "machine": machine.describe(), "corpus": {"name": corpus.name, "sha256": corpus.sha256},
+        "variants": {name: {"settings": settings, "levels": []} for name, settings in variants},
+    }
+    servers: dict[str, Server] = {}
+    try:
+        for name, settings in variants:
+            env = config.env(quiet_window_s=0, queue_size=32)
+            env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(work / "server-cache"),
+                        "TTS_LOG_LEVEL": "info", **settings})
+            evict([model, *files_under(work / "server-cache")])
+            server = Server(config, env, work / "logs" / f"{name}.log", label=f"latency-{name}")
+            server.start()
+            servers[name] = server
+            ready_s = server.wait_ready()
+            first = _first_request(server, corpus.shortest().text, corpus.shortest().voice)
+            results["variants"][name]["start"] = {"ready_s": ready_s, **first}
+            _progress(f"{name}: ready {ready_s:.1f} s; first request after start {first['first_s']:.2f} s, "
+                      f"warm {first['warm_s']:.2f} s ({first['ratio']:.2f} x)")
+            if alone:
+                results["variants"][name]["alone"] = found = _alone(server, corpus)
+                _progress(f"{name}: alone over the corpus, first audio p50 {found['p50']:.2f} s, "
+                          f"p90 {found['p90']:.2f} s")
+        for index, count in enumerate(clients):
+            order = list(variants) if index % 2 == 0 else list(reversed(variants))
+            for name, _ in order:
+                results["variants"][name]["levels"].append(
+                    _level(servers[name], name, count, out, ramp_s, window_s, drain_s, corpus_path))
+                (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    finally:
+        for server in servers.values():
+            server.stop()
+    results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (out / "report.md").write_text(render(results))
+    return results
+
+
+def _level(server: Server, name: str, clients: int, out: Path, ramp_s: float, window_s: float, drain_s: float,
+           corpus_path: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + 120
+    while client.get_json(server.url, "/v1/lifecycle").get("in_flight", 0) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the previous level's hung-up chunks finish first
+    path = out / "levels" / f"{name}-c{clients}.json"
+    argv = [sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
+            str(clients), "--ramp-s", str(ramp_s), "--window-s", str(window_s), "--drain-s", str(drain_s),
+            "--corpus", str(corpus_path), "--out", str(path)]
+    subprocess.run(argv, check=True, timeout=ramp_s + window_s + 300)
+    result = load.read(path)
+    summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "records"}
+    _progress(f"{name}, {clients} clients: first audio p50 {result.first_audio_p50:.2f} s, p90 "
+              f"{result.first_audio_p90:.2f} s, stalls {result.stall_s_per_audio_min:.2f} s per audio-min, "
+              f"{result.efficiency:.2f} audio-s per CPU-s, {result.errors} errors")
+    return summary
+
+
+def render(results: dict[str, Any]) -> str:
+    run_info = results["run"]
+    names = list(results["variants"])
+    lines = [f"# Latency run `{run_info['id']}`", "",
+             f"- {run_info.get('started')} to {run_info.get('finished')}, {results['machine'].get('cpu_model')}, "
+             f"OpenVINO {run_info['shape']}, corpus {results['corpus']['name']}; {run_info['ramp_s']:g} s ramp + "
+             f"{run_info['window_s']:g} s window per level, variants interleaved.",
+             f"- Command: `{run_info['command']}`", ""]
+    lines += ["| variant | settings |", "|---|---|"]
+    lines += [f"| `{n}` | {', '.join(f'`{k}={v}`' for k, v in v['settings'].items()) or 'defaults'} |"
+              for n, v in results["variants"].items()]
+    lines += ["", "## First request after start", "", "| variant | ready s | first request s | same request warm s "
+              "| ratio |", "|---|---|---|---|---|"]
+    for name in names:
+        start = results["variants"][name].get("start", {})
+        lines.append(f"| `{name}` | {_f(start.get('ready_s'))} | {_f(start.get('first_s'))} | "
+                     f"{_f(start.get('warm_s'))} | {_f(start.get('ratio'))} |")
+    lines += ["", "## Alone", "", "First audio of every corpus utterance sent on its own (the client hangs up at "
+              "the first audio).", "", "| variant | p50 s | p90 s | mean s |", "|---|---|---|---|"]
+    for name in names:
+        found = results["variants"][name].get("alone", {})
+        lines.append(f"| `{name}` | {_f(found.get('p50'))} | {_f(found.get('p90'))} | {_f(found.get('mean'))} |")
+    lines += ["", "## Per load level", "",
+              "First audio over the requests whose first audio arrived in the window; stalls: seconds a 1x player "
+              "starting at the first byte waits for data, per audio-minute, over the window's completed requests.",
+              "", "| clients | variant | first audio p50 s | p90 s | stalls s / audio-min | stalled requests | "
+              "audio-s / CPU-s | audio-s / s | requests | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for count in run_info["clients"]:
+        base: dict[str, Any] | None = None
+        for name in names:
+            level = next((lv for lv in results["variants"][name]["levels"] if lv["clients"] == count), None)
+            if level is None:
+                continue
+            base = base or level
+            ratio = level["efficiency"] / base["efficiency"] if base["efficiency"] else float("nan")
+            lines.append(f"| {count} | `{name}` | {_f(level['first_audio_p50'])} | {_f(level['first_audio_p90'])} | "
+                         f"{_f(level['stall_s_per_audio_min'])} | {level['stalled_requests']}/"
+                         f"{level['stall_requests_n']} | {_f(level['efficiency'])} ({ratio:.2f} x) | "
+                         f"{_f(level['throughput'])} | {level['first_audio_n']} | {level['errors']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _f(value: Any) -> str:
+    return "n/a" if not isinstance(value, (int, float)) or value != value else f"{value:.2f}"
+
+
+def _progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench latency", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default="fifo,deadline",
+                        help="comma-separated; a name or name:TTS_X=v;... (settings separated by ';')")
+    parser.add_argument("--clients", default="1,2,4", help="client counts (default 1,2,4)")
+    parser.add_argument("--ramp-s", type=float, default=4.0)
+    parser.add_argument("--window-s", type=float, default=30.0)
+    parser.add_argument("--drain-s", type=float, default=6.0)
+    parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-alone", action="store_true", help="skip the first audio of each utterance alone")
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    args = parser.parse_args(argv)
+    variants = [_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
+    clients = [int(c) for c in args.clients.split(",") if c]
+    run(args.out, args.cache_dir, variants, clients, args.ramp_s, args.window_s, args.drain_s, args.corpus,
+        "python -m bench latency " + shlex.join(argv), alone=not args.no_alone)
+    print(args.out / "report.md")
+    return 0

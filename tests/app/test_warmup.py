@@ -1,0 +1,102 @@
+"""Every stream runs one inference after each load, before it serves: at start, at a restore (the
+bridge) and when the primary takes over from the bridge. Asserted on what the runtime reports
+(slots warmed, the warm-up's seconds in the restore's parts), never on a timing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+from starlette.testclient import TestClient
+
+from app.http.server import create_app
+from app.runtime.backends.base import Resolved
+from app.runtime.local import Runtime, WarmUp
+from app.settings import Settings
+
+ADMIN = {"Authorization": "Bearer warm"}
+
+
+class FakeBackend:
+    """Records the inferences it runs, per slot."""
+
+    def __init__(self, name: str, slots: int) -> None:
+        self.name = name
+        self.slots = slots
+        self.calls: list[tuple[int, int]] = []
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def load(self) -> Resolved:
+        self._loaded = True
+        return Resolved(self.name, self.slots, self.slots, self.slots, "f32", 0.0, None)
+
+    def unload(self) -> None:
+        self._loaded = False
+
+    def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+              speed: float) -> npt.NDArray[np.float32]:
+        with self._lock:
+            self.calls.append((slot, tokens.shape[1]))
+        return np.zeros(600, dtype=np.float32)
+
+    def files(self) -> list[Path]:
+        return []
+
+
+WARM = WarmUp(tokens=np.zeros((1, 12), dtype=np.int64), style=np.zeros((1, 256), dtype=np.float32))
+
+
+def test_every_slot_runs_one_warm_up_inference_after_a_load_and_it_is_not_counted_as_served() -> None:
+    primary = FakeBackend("openvino", 3)
+    runtime = Runtime(primary, warm_up=WARM)
+    resolved = runtime.load_primary()
+    assert sorted(primary.calls) == [(0, 12), (1, 12), (2, 12)]
+    assert resolved.warmed == 3 and resolved.warm_up_s >= 0
+    assert sum(runtime.served.values()) == 0
+
+
+def test_the_bridge_warms_up_and_the_primary_warms_before_it_takes_over() -> None:
+    primary, bridge = FakeBackend("openvino", 2), FakeBackend("onnxruntime", 2)
+    runtime = Runtime(primary, bridge, warm_up=WARM)
+    opened = runtime.load_bridged()
+    assert opened.warmed == 2 and sorted(bridge.calls) == [(0, 12), (1, 12)]
+    assert primary.calls == []  # the warm-up is not the bridge's first request: the primary waits for that
+    runtime.infer(0, np.zeros((1, 5), dtype=np.int64), WARM.style, 1.0)  # the first request
+    assert runtime.wait_primary(5)
+    assert sorted(primary.calls) == [(0, 12), (1, 12)]
+    assert runtime.resolved is not None and runtime.resolved.warmed == 2
+
+
+def test_no_warm_up_without_an_input() -> None:
+    primary = FakeBackend("openvino", 2)
+    assert Runtime(primary).load_primary().warmed == 0
+    assert primary.calls == []
+
+
+def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(cache_dir: Path) -> None:
+    settings = Settings(cache_dir=cache_dir, quiet_window_s=0, admin_token="warm")
+    with TestClient(create_app(settings)) as client:
+        # The lifespan (hence readiness) ends after the load, and the load after the warm-up.
+        assert client.get("/readyz").status_code == 200
+        info = client.get("/v1/info").json()
+        assert info["resolved"]["warmed"] == info["pool"]["slots"] >= 1
+        assert info["resolved"]["warm_up_s"] > 0
+        assert info["inferences_by_backend"] == {}  # warm-up inferences serve nobody
+        assert client.post("/v1/lifecycle/release", headers=ADMIN).status_code == 200
+        body = {"input": "Hello there.", "voice": "jf_alpha", "response_format": "pcm"}
+        assert client.post("/v1/audio/speech", json=body).status_code == 200
+        parts = client.get("/v1/lifecycle").json()["last_restore_parts"]
+        assert parts["warm_up_s"] > 0  # the bridge warmed before the waiting request was served
+        deadline = time.monotonic() + 60
+        while client.get("/v1/info").json()["active_backend"] != "openvino":
+            assert time.monotonic() < deadline, "the primary never took over from the bridge"
+            time.sleep(0.2)
+        assert client.get("/v1/info").json()["resolved"]["warmed"] == info["pool"]["slots"]
