@@ -80,7 +80,8 @@ async def create_speech(request: Request) -> Response:
         svc.metrics.requests.labels("refused").inc()
         await stack.aclose()
         raise
-    if not speech.stream:
+    if not speech.stream or speech.response_format not in audio.PROGRESSIVE:
+        # FLAC is not progressive: sent whole with exact headers and a Content-Length (see app.audio).
         try:
             rest = [c async for c in chunks]
         finally:
@@ -101,7 +102,9 @@ async def _body(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder, fi
     produced = [len(first)]
     complete = False
     try:
-        yield encoder.encode(first)
+        data = encoder.encode(first)
+        if data:  # an empty piece would read as the end of a chunked body to some servers
+            yield data
         svc.metrics.first_audio.observe(time.perf_counter() - arrived)
         async for samples in chunks:
             produced.append(len(samples))
