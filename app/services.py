@@ -12,7 +12,7 @@ from app.runtime import cachedir, modelfile
 from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec, build_runtime
-from app.settings import Settings
+from app.settings import Settings, SettingsError
 from app.sizing import CpuBudget, PoolShape, shape_for
 from app.text.frontend import Frontend
 from app.text.vocab import Vocab
@@ -44,7 +44,10 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     # A read-only cache directory may still hold an assembled model: use it rather than assemble another.
     models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
     model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
-    voices = VoiceBank.load(settings.voices_path)
+    try:
+        voices = VoiceBank.load(settings.voices_path, settings.alias_table())
+    except ValueError as exc:  # an alias naming a voice the file lacks: fail at start, naming the setting
+        raise SettingsError(f"TTS_VOICE_ALIASES / TTS_VOICES_PATH: {exc}") from None
     queue = settings.queue_size or 2 * shape.streams
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
     runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)

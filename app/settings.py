@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -74,6 +75,11 @@ class Settings:
     synthesis stops after the chunk in progress, so smaller chunks waste less."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
+    voice_aliases: str = ""
+    """Extra voice names, ``alias=voice`` separated by commas (``alloy=af_heart,onyx=am_adam(2)+am_onyx(1)``);
+    a voice may be a blend. They add to (and override) the built-in table that maps OpenAI's 13 voice names
+    to the installed voices: one for the official English voices file, one for the embedded voices
+    (README, "Voices"). A target that is not installed is a start-up error."""
     lang: str = "en-us"
     """Default accent: ``en-us`` or ``en-gb``."""
     quiet_window_s: float = 45.0
@@ -134,9 +140,23 @@ class Settings:
             ("malloc_arenas", self.malloc_arenas >= 0, "0 (glibc default) or more"),
             ("model_sha256", self.model_sha256 == "" or _is_sha256(self.model_sha256), "64 hex digits or empty"),
         ]
+        try:
+            self.alias_table()
+        except ValueError as exc:
+            raise SettingsError(f"{PREFIX}VOICE_ALIASES={self.voice_aliases!r}: {exc}") from None
         for name, ok, expected in checks:
             if not ok:
                 raise SettingsError(f"{PREFIX}{name.upper()}={getattr(self, name)!r}: must be {expected}")
+
+    def alias_table(self) -> dict[str, str]:
+        """`voice_aliases` as a dict; raises ValueError on bad syntax."""
+        out: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in self.voice_aliases.split(","))):
+            alias, sep, target = (s.strip() for s in item.partition("="))
+            if not sep or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", alias) or not target:
+                raise ValueError(f"{item!r} is not 'alias=voice'")
+            out[alias] = target
+        return out
 
     def public(self) -> dict[str, Any]:
         """Settings as JSON-safe values, secrets masked (for logs and the info endpoint)."""
