@@ -98,6 +98,9 @@ class Settings:
     requests in flight; the next request starts a fresh one. 0 runs the model in the server's process."""
     malloc_arenas: int = 2
     """glibc malloc arenas (``M_ARENA_MAX``); fewer arenas return more memory on release; 0 keeps glibc's default."""
+    web: bool = True
+    """Serve the page at ``/web`` to try voices, blends, formats and speeds from a browser (it calls the
+    same API, so ``TTS_API_KEY`` still applies to speech); 0 answers 404 there."""
     admin_token: str = ""
     """Bearer token for admin endpoints (manual release); empty disables them."""
     api_key: str = ""
