@@ -1,11 +1,23 @@
 """Audio encoders for streamed and whole responses.
 
-Every format is encoded incrementally, chunk by chunk, so the first bytes leave with the first
-chunk. WAV streams with 0xFFFFFFFF in the RIFF and data sizes (the convention decoders accept
-for unknown length); ``pcm`` is raw 16-bit little-endian mono at 24 kHz. FLAC, MP3 and Opus
-go through libsndfile (``soundfile``) writing into `_Sink`: at close libsndfile seeks back to
-patch headers it has already written; bytes already sent cannot change, so for a stream those
-patches are dropped, which leaves the "length unknown" values that decoders accept.
+How each format streams, chosen so that what is sent opens in libsndfile, FFmpeg and browsers
+with a correct length or none (a stream cannot go back to patch its header):
+
+- ``wav``: 0xFFFFFFFF in the RIFF and data sizes, the convention decoders read as "to the end".
+- ``pcm``: raw 16-bit little-endian mono at 24 kHz, no header.
+- ``mp3``: constant bitrate (64 kbit/s) without the Xing/Info tag frame, which LAME fills only at
+  close; decoders then count frames from the size, which is right for a constant bitrate (with
+  the default variable bitrate libsndfile guessed the length from the first frame: 5,868 or
+  324,288 frames for 57,600 samples). Whole files stay variable bitrate with an exact tag.
+- ``opus``: Ogg pages; the last page's granule position gives the exact length.
+- ``aac``: ADTS frames (FFmpeg's encoder through PyAV), self-delimiting, no length anywhere.
+  libsndfile does not read AAC at all.
+- ``flac``: *not progressive*. A FLAC stream of unknown length says 0 samples in STREAMINFO, which
+  libsndfile reads as 2^63-1 frames (``soundfile.read`` fails: "array is too big"), so a streamed
+  FLAC is held until the end and sent whole, with its exact total.
+
+MP3, Opus and FLAC go through libsndfile (``soundfile``) writing into `_Sink`: at close libsndfile
+seeks back to patch headers it has already written; for a stream those patches are dropped.
 """
 
 from __future__ import annotations
@@ -21,11 +33,16 @@ SAMPLE_RATE = 24000
 FORMATS: dict[str, str] = {
     "mp3": "audio/mpeg",
     "opus": "audio/ogg",
+    "aac": "audio/aac",
     "flac": "audio/flac",
     "wav": "audio/wav",
     "pcm": "audio/pcm",
 }
+PROGRESSIVE = frozenset({"mp3", "opus", "aac", "wav", "pcm"})
+"""Formats sent as they are synthesized; the others are sent whole, with exact headers, at the end."""
 _SOUNDFILE = {"mp3": ("MP3", "MPEG_LAYER_III"), "opus": ("OGG", "OPUS"), "flac": ("FLAC", "PCM_16")}
+_MP3_STREAM_LEVEL = 0.6
+"""libsndfile's compression level for streamed MP3: 64 kbit/s at constant bitrate (24 kHz is MPEG-2)."""
 
 
 def to_int16(samples: npt.NDArray[np.float32]) -> bytes:
@@ -50,21 +67,30 @@ class Encoder:
             raise ValueError(fmt)
         self.format = fmt
         self.media_type = FORMATS[fmt]
-        self._streaming = streaming
+        self.progressive = streaming and fmt in PROGRESSIVE
+        """Bytes come out chunk by chunk; otherwise all of them come out of `finish`."""
         self._started = False
         self._sink: _Sink | None = None
         self._file: Any = None
-        if fmt in _SOUNDFILE:
+        self._aac: _AacWriter | None = None
+        if fmt == "aac":
+            self._aac = _AacWriter()
+        elif fmt in _SOUNDFILE:
             import soundfile
 
             container, subtype = _SOUNDFILE[fmt]
-            self._sink = _Sink(keep_patches=not streaming)
-            self._file = soundfile.SoundFile(self._sink, "w", SAMPLE_RATE, 1, subtype, format=container)
+            self._sink = _Sink(keep_patches=not self.progressive)
+            cbr = {"compression_level": _MP3_STREAM_LEVEL, "bitrate_mode": "CONSTANT"}
+            self._file = soundfile.SoundFile(self._sink, "w", SAMPLE_RATE, 1, subtype, format=container,
+                                             **(cbr if fmt == "mp3" and self.progressive else {}))
 
     def encode(self, samples: npt.NDArray[np.float32]) -> bytes:
+        if self._aac is not None:
+            out = self._aac.write(samples)
+            return out if self.progressive else self._aac.hold(out)
         if self._file is not None and self._sink is not None:
             self._file.write(np.clip(samples, -1.0, 1.0))
-            if not self._streaming:
+            if not self.progressive:
                 return b""
             out = self._sink.take()
             if self.format == "mp3" and not self._started and out:
@@ -72,17 +98,19 @@ class Encoder:
             self._started = self._started or bool(out)
             return out
         out = to_int16(samples)
-        if self.format == "wav" and not self._started and self._streaming:
+        if self.format == "wav" and not self._started and self.progressive:
             out = wav_header(None) + out
         self._started = True
         return out
 
     def finish(self) -> bytes:
-        """The bytes that end the stream (or, not streaming, the whole file for soundfile formats)."""
+        """The bytes that end the stream (or, not progressive, the whole file for encoded formats)."""
+        if self._aac is not None:
+            return self._aac.close()
         if self._file is not None and self._sink is not None:
             self._file.close()
             return self._sink.take()
-        if self.format == "wav" and self._streaming and not self._started:
+        if self.format == "wav" and self.progressive and not self._started:
             return wav_header(None)
         return b""
 
@@ -95,6 +123,60 @@ def whole(fmt: str, chunks: list[npt.NDArray[np.float32]]) -> bytes:
     encoder = Encoder(fmt, streaming=False)
     body = b"".join(encoder.encode(c) for c in chunks)
     return body + encoder.finish()
+
+
+class _AacWriter:
+    """AAC-LC in ADTS frames from FFmpeg's native encoder (PyAV); FFmpeg buffers to 1024-sample frames."""
+
+    def __init__(self) -> None:
+        import av
+
+        self._out = _Buffer()
+        self._held = bytearray()
+        self._container: Any = av.open(self._out, "w", format="adts")
+        self._stream: Any = self._container.add_stream("aac", rate=SAMPLE_RATE, layout="mono")
+        self._stream.bit_rate = 64000
+        self._pts = 0
+
+    def write(self, samples: npt.NDArray[np.float32]) -> bytes:
+        import av
+
+        frame = av.AudioFrame.from_ndarray(np.clip(samples, -1.0, 1.0).astype(np.float32).reshape(1, -1),
+                                           format="flt", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        frame.pts = self._pts
+        self._pts += len(samples)
+        for packet in self._stream.encode(frame):
+            self._container.mux(packet)
+        return self._out.take()
+
+    def hold(self, data: bytes) -> bytes:
+        self._held.extend(data)
+        return b""
+
+    def close(self) -> bytes:
+        for packet in self._stream.encode(None):
+            self._container.mux(packet)
+        self._container.close()
+        out = bytes(self._held) + self._out.take()
+        self._held.clear()
+        return out
+
+
+class _Buffer:
+    """A write-only byte sink whose new bytes can be taken as they come (ADTS never seeks)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self._buf.extend(data)
+        return len(data)
+
+    def take(self) -> bytes:
+        out = bytes(self._buf)
+        self._buf.clear()
+        return out
 
 
 def _drop_tag_placeholder(data: bytes) -> bytes:

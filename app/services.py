@@ -15,7 +15,7 @@ from app.runtime.local import WarmUp
 from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec, build_runtime
-from app.settings import Settings
+from app.settings import Settings, SettingsError
 from app.sizing import CpuBudget, PoolShape, shape_for
 from app.text.frontend import Frontend
 from app.text.vocab import Vocab
@@ -52,7 +52,10 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
     model_path = forms.path(choice.form, model_path, writable, digest)
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
-    voices = VoiceBank.load(settings.voices_path)
+    try:
+        voices = VoiceBank.load(settings.voices_path, settings.alias_table())
+    except ValueError as exc:  # an alias naming a voice the file lacks: fail at start, naming the setting
+        raise SettingsError(f"TTS_VOICE_ALIASES / TTS_VOICES_PATH: {exc}") from None
     vocab = Vocab.embedded()
     queue = settings.queue_size or 2 * shape.streams
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,6 +94,11 @@ class Settings:
     can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
+    voice_aliases: str = ""
+    """Extra voice names, ``alias=voice`` separated by commas (``alloy=af_heart,onyx=am_adam(2)+am_onyx(1)``);
+    a voice may be a blend. They add to (and override) the built-in table that maps OpenAI's 13 voice names
+    to the installed voices: one for the official English voices file, one for the embedded voices
+    (README, "Voices"). A target that is not installed is a start-up error."""
     lang: str = "en-us"
     """Default accent: ``en-us`` or ``en-gb``."""
     quiet_window_s: float = 45.0
@@ -111,6 +117,9 @@ class Settings:
     requests in flight; the next request starts a fresh one. 0 runs the model in the server's process."""
     malloc_arenas: int = 2
     """glibc malloc arenas (``M_ARENA_MAX``); fewer arenas return more memory on release; 0 keeps glibc's default."""
+    web: bool = True
+    """Serve the page at ``/web`` to try voices, blends, formats and speeds from a browser (it calls the
+    same API, so ``TTS_API_KEY`` still applies to speech); 0 answers 404 there."""
     admin_token: str = ""
     """Bearer token for admin endpoints (manual release); empty disables them."""
     api_key: str = ""
@@ -156,9 +165,23 @@ class Settings:
             ("malloc_arenas", self.malloc_arenas >= 0, "0 (glibc default) or more"),
             ("model_sha256", self.model_sha256 == "" or _is_sha256(self.model_sha256), "64 hex digits or empty"),
         ]
+        try:
+            self.alias_table()
+        except ValueError as exc:
+            raise SettingsError(f"{PREFIX}VOICE_ALIASES={self.voice_aliases!r}: {exc}") from None
         for name, ok, expected in checks:
             if not ok:
                 raise SettingsError(f"{PREFIX}{name.upper()}={getattr(self, name)!r}: must be {expected}")
+
+    def alias_table(self) -> dict[str, str]:
+        """`voice_aliases` as a dict; raises ValueError on bad syntax."""
+        out: dict[str, str] = {}
+        for item in filter(None, (part.strip() for part in self.voice_aliases.split(","))):
+            alias, sep, target = (s.strip() for s in item.partition("="))
+            if not sep or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", alias) or not target:
+                raise ValueError(f"{item!r} is not 'alias=voice'")
+            out[alias] = target
+        return out
 
     def public(self) -> dict[str, Any]:
         """Settings as JSON-safe values, secrets masked (for logs and the info endpoint)."""

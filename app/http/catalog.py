@@ -18,7 +18,9 @@ async def list_voices(request: Request) -> JSONResponse:
     svc = services(request)
     if svc.settings.api_key:
         require_bearer(request, svc.settings.api_key, "this endpoint")
-    return JSONResponse({"voices": svc.engine.voices.names, "default": default_voice(svc.settings, svc.engine.voices)})
+    voices = svc.engine.voices
+    return JSONResponse({"voices": voices.names, "default": default_voice(svc.settings, voices),
+                         "aliases": voices.aliases})
 
 
 async def list_models(request: Request) -> JSONResponse:

@@ -9,8 +9,11 @@ from typing import Any
 from app.audio import FORMATS
 from app.errors import InputTooLarge, InvalidInput, InvalidType
 
-MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 """Accepted model names: ours, and OpenAI's, so unchanged OpenAI clients work."""
+STREAM_FORMATS = ("audio", "sse")
+"""``audio``: the encoded bytes as they come; ``sse``: OpenAI's server-sent events (base64 audio)."""
+MAX_INSTRUCTIONS = 4096
 _LANGS = {"a": "en-us", "en-us": "en-us", "en": "en-us", "b": "en-gb", "en-gb": "en-gb"}
 
 
@@ -25,6 +28,10 @@ class SpeechRequest:
     """Accent override (``en-us`` or ``en-gb``); None follows the voice."""
     phonemes: bool
     """``input`` is a phoneme string, not text."""
+    stream_format: str = "audio"
+    """One of `STREAM_FORMATS`; ``sse`` always streams, whatever ``stream`` says."""
+    instructions: str = ""
+    """OpenAI's voice instructions: accepted so that its clients work, but Kokoro cannot follow them."""
 
     @classmethod
     def from_body(cls, raw: bytes, *, max_input_chars: int, default_voice: str) -> SpeechRequest:
@@ -56,15 +63,39 @@ class SpeechRequest:
         input_format = _get(body, "input_format", str, "text")
         if input_format not in ("text", "phonemes"):
             raise InvalidInput("input_format must be 'text' or 'phonemes'", param="input_format")
+        stream_format = _get(body, "stream_format", str, "audio")
+        if stream_format not in STREAM_FORMATS:
+            raise InvalidInput(f"unsupported stream_format {stream_format[:40]!r}; use 'audio' or 'sse'",
+                               param="stream_format")
+        instructions = _get(body, "instructions", str, "")
+        if len(instructions) > MAX_INSTRUCTIONS:
+            raise InputTooLarge(f"instructions are {len(instructions)} characters; the limit is {MAX_INSTRUCTIONS}",
+                                param="instructions")
         return cls(
             input=text,
-            voice=_get(body, "voice", str, default_voice) or default_voice,
+            voice=_voice(body.get("voice")) or default_voice,
             response_format=fmt,
             speed=speed,
             stream=_get(body, "stream", bool, True),
             lang=_LANGS[lang_code.lower()] if lang_code else None,
             phonemes=input_format == "phonemes",
+            stream_format=stream_format,
+            instructions=instructions,
         )
+
+
+def _voice(value: Any) -> str | None:
+    """A voice expression, from a string or OpenAI's voice object ``{"id": ...}``."""
+    if isinstance(value, dict):
+        voice_id = value.get("id")
+        if voice_id is not None and not isinstance(voice_id, str):
+            raise InvalidType("the voice object's 'id' must be a string", param="voice")
+        if not voice_id:
+            raise InvalidInput("a voice object needs an 'id'", param="voice")
+        return voice_id
+    if value is not None and not isinstance(value, str):
+        raise InvalidType("'voice' must be a string or an object with an 'id'", param="voice")
+    return value
 
 
 def _get(body: dict[str, Any], name: str, kind: type, default: Any) -> Any:

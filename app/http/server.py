@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.engine import Engine
-from app.http import admin, catalog, health, speech
+from app.http import admin, catalog, health, speech, web
 from app.metrics import Metrics
 from app.services import Services, build_engine
 from app.settings import Settings
@@ -91,5 +91,5 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette
     handlers: dict[Any, Any] = {cls: _domain_error for cls, _, _ in STATUS}
     handlers[HTTPException] = _http_error
     handlers[Exception] = _unexpected
-    routes = speech.routes + catalog.routes + health.routes + admin.routes
+    routes = speech.routes + catalog.routes + health.routes + admin.routes + web.routes
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)

@@ -9,6 +9,8 @@ iterator's ``finally``, which runs on completion, error, or client disconnect.
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -80,7 +82,10 @@ async def create_speech(request: Request) -> Response:
         svc.metrics.requests.labels("refused").inc()
         await stack.aclose()
         raise
-    if not speech.stream:
+    whole = not speech.stream or speech.response_format not in audio.PROGRESSIVE
+    if speech.stream_format == "audio" and whole:
+        # FLAC is not progressive: sent whole with exact headers and a Content-Length (see app.audio).
+        # In SSE, whatever `stream` says, events stream (a non-progressive format in one delta).
         try:
             rest = [c async for c in chunks]
         finally:
@@ -89,19 +94,29 @@ async def create_speech(request: Request) -> Response:
         body = audio.whole(speech.response_format, [first, *rest])
         return Response(body, media_type=audio.FORMATS[speech.response_format])
     encoder = audio.Encoder(speech.response_format, streaming=True)
-    return _ClosingStreamingResponse(
-        _body(svc, stack, encoder, first, chunks, arrived),
-        media_type=encoder.media_type,
-        headers={"X-Accel-Buffering": "no", "Cache-Control": "no-store"},
-    )
+    produced: list[int] = []
+    encoded = _encoded(svc, stack, encoder, first, chunks, arrived, produced)
+    headers = {"X-Accel-Buffering": "no", "Cache-Control": "no-store"}
+    if speech.stream_format == "sse":
+        tokens = sum(len(svc.engine.vocab.ids(c)) for c in plan.chunks)
+        return _ClosingStreamingResponse(_events(encoded, tokens, produced), media_type="text/event-stream",
+                                         headers=headers)
+    return _ClosingStreamingResponse(encoded, media_type=encoder.media_type, headers=headers)
 
 
-async def _body(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder, first: npt.NDArray[np.float32],
-                chunks: AsyncIterator[npt.NDArray[np.float32]], arrived: float) -> AsyncIterator[bytes]:
-    produced = [len(first)]
+async def _encoded(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder, first: npt.NDArray[np.float32],
+                   chunks: AsyncIterator[npt.NDArray[np.float32]], arrived: float,
+                   produced: list[int]) -> AsyncIterator[bytes]:
+    """The encoded audio, chunk by chunk (never an empty piece); frees the request's hold at the end.
+
+    ``produced`` receives each chunk's number of samples as it is encoded.
+    """
+    produced.append(len(first))
     complete = False
     try:
-        yield encoder.encode(first)
+        data = encoder.encode(first)
+        if data:
+            yield data
         svc.metrics.first_audio.observe(time.perf_counter() - arrived)
         async for samples in chunks:
             produced.append(len(samples))
@@ -118,6 +133,32 @@ async def _body(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder, fi
         svc.metrics.audio_seconds.inc(sum(produced) / audio.SAMPLE_RATE)
         if complete:
             svc.metrics.request_seconds.observe(time.perf_counter() - arrived)
+
+
+FRAME_SAMPLES = 600
+"""Kokoro's duration unit (25 ms): what ``usage.output_tokens`` counts."""
+
+
+async def _events(encoded: AsyncIterator[bytes], input_tokens: int, produced: list[int]) -> AsyncIterator[bytes]:
+    """OpenAI's speech events: ``speech.audio.delta`` per piece of audio, then ``speech.audio.done``.
+
+    ``usage`` counts phoneme tokens in and 25 ms audio frames out (Kokoro's own units; OpenAI's
+    are its model's tokens, which Kokoro has none of).
+    """
+    try:
+        async for data in encoded:
+            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+    finally:
+        close = getattr(encoded, "aclose", None)
+        if close is not None:
+            await close()
+    output_tokens = -(-sum(produced) // FRAME_SAMPLES)
+    yield _event({"type": "speech.audio.done", "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                                                         "total_tokens": input_tokens + output_tokens}})
+
+
+def _event(payload: dict[str, object]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 def _observe(svc: Services, arrived: float, chunks: list[npt.NDArray[np.float32]], first_audio_s: float) -> None:

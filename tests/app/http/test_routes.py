@@ -44,7 +44,7 @@ ERRORS = [
     ({"input": "", "voice": "jf_alpha"}, 400, "input"),
     ({"input": "   \n\t ", "voice": "jf_alpha"}, 400, "input"),
     ({"input": "hi", "voice": "nobody"}, 400, "voice"),
-    ({"input": "hi", "voice": "jf_alpha", "response_format": "aac"}, 400, "response_format"),
+    ({"input": "hi", "voice": "jf_alpha", "response_format": "ogg"}, 400, "response_format"),
     ({"input": "hi", "voice": "jf_alpha", "speed": 9}, 400, "speed"),
     ({"input": "hi", "voice": "jf_alpha", "speed": 0.1}, 400, "speed"),
     ({"input": "hi", "voice": "jf_alpha", "speed": "fast"}, 422, "speed"),

@@ -87,16 +87,25 @@ def test_british_lang_code(client: TestClient) -> None:
     assert not np.array_equal(speak(client, "Tomato and water.", lang_code="b"), speak(client, "Tomato and water."))
 
 
-@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus"])
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus", "aac"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_every_format_decodes(client: TestClient, fmt: str, stream: bool) -> None:
-    from tests.app.test_audio import _decode
+def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: TestClient, fmt: str,
+                                                                      stream: bool) -> None:
+    from tests.app.test_audio import EXACT, decode_with_ffmpeg, decode_with_soundfile
 
-    response = client.post("/v1/audio/speech", json={"input": SHORT, "voice": "jf_alpha", "response_format": fmt,
+    exact = len(speak(client, LONGER, stream=False))
+    response = client.post("/v1/audio/speech", json={"input": LONGER, "voice": "jf_alpha", "response_format": fmt,
                                                      "stream": stream})
     assert response.status_code == 200
-    samples = _decode(fmt, response.content)
-    assert len(samples) > 12000 and np.isfinite(samples).all()
+    assert response.headers["content-type"].startswith(("audio/", "application/"))
+    tolerance = 0 if fmt in EXACT else 2048
+    samples = decode_with_ffmpeg(response.content, fmt)
+    assert abs(len(samples) - exact) <= tolerance and np.isfinite(samples).all()
+    if fmt != "aac":  # libsndfile has no AAC decoder
+        samples, declared = decode_with_soundfile(fmt, response.content)
+        assert declared == len(samples) and abs(len(samples) - exact) <= tolerance
+    if fmt == "flac":  # held to the end so that its header can carry the exact length
+        assert int(response.headers["content-length"]) == len(response.content)
 
 
 def test_long_input_is_chunked_and_nothing_is_dropped(client: TestClient) -> None:

@@ -1,0 +1,60 @@
+"""The official ``openai`` client, unchanged, against a real uvicorn on the real model: OpenAI's voice
+names, the default streamed response, and SSE (``stream_format="sse"``)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import numpy as np
+from openai import OpenAI
+
+from tests.app.test_audio import decode_with_ffmpeg, decode_with_soundfile
+from tests.conftest import LiveServer
+
+TEXT = "The official client asks, and this server answers."
+
+
+def client(server: LiveServer) -> OpenAI:
+    return OpenAI(base_url=f"{server.url}/v1", api_key="not-needed")
+
+
+def test_default_streamed_mp3_with_an_openai_voice_opens_everywhere(server: LiveServer) -> None:
+    with client(server).audio.speech.with_streaming_response.create(
+            model="gpt-4o-mini-tts", voice="coral", input=TEXT, instructions="Cheerful.") as response:
+        assert response.headers["content-type"] == "audio/mpeg"
+        data = b"".join(response.iter_bytes())
+    samples, declared = decode_with_soundfile("mp3", data)
+    assert declared == len(samples) and np.sqrt(np.mean(samples**2)) > 0.01
+    assert abs(len(decode_with_ffmpeg(data, "mp3")) - len(samples)) <= 1152
+
+
+def test_sse_events_carry_the_same_audio_as_the_stream(server: LiveServer) -> None:
+    openai = client(server)
+    plain = openai.audio.speech.create(model="gpt-4o-mini-tts", voice={"id": "onyx"}, input=TEXT,
+                                       response_format="pcm").content
+    events = []
+    with openai.audio.speech.with_streaming_response.create(
+            model="gpt-4o-mini-tts", voice={"id": "onyx"}, input=TEXT, response_format="pcm",
+            stream_format="sse") as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1)
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] > 0
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert audio == plain and np.frombuffer(audio, dtype="<i2").std() > 100
+
+
+def test_sse_in_wav_decodes(server: LiveServer) -> None:
+    with client(server).audio.speech.with_streaming_response.create(
+            model="gpt-4o-mini-tts", voice="nova", input=TEXT, response_format="wav", stream_format="sse") as response:
+        raw = b"".join(response.iter_bytes())
+    deltas = [json.loads(b[6:]) for b in raw.split(b"\n\n") if b.startswith(b"data: ")]
+    wav = b"".join(base64.b64decode(e["audio"]) for e in deltas if e["type"] == "speech.audio.delta")
+    import soundfile as sf
+
+    samples, rate = sf.read(io.BytesIO(wav))
+    assert rate == 24000 and len(samples) > 24000
