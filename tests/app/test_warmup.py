@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from app.http.server import create_app
 from app.runtime.backends.base import Resolved
-from app.runtime.local import Runtime, WarmUp
+from app.runtime.local import LocalRuntime, WarmUp
 from app.settings import Settings
 
 ADMIN = {"Authorization": "Bearer warm"}
@@ -56,7 +56,7 @@ WARM = WarmUp(tokens=np.zeros((1, 12), dtype=np.int64), style=np.zeros((1, 256),
 
 def test_every_slot_runs_one_warm_up_inference_after_a_load_and_it_is_not_counted_as_served() -> None:
     primary = FakeBackend("openvino", 3)
-    runtime = Runtime(primary, warm_up=WARM)
+    runtime = LocalRuntime(primary, warm_up=WARM)
     resolved = runtime.load_primary()
     assert sorted(primary.calls) == [(0, 12), (1, 12), (2, 12)]
     assert resolved.warmed == 3 and resolved.warm_up_s >= 0
@@ -65,7 +65,7 @@ def test_every_slot_runs_one_warm_up_inference_after_a_load_and_it_is_not_counte
 
 def test_the_bridge_warms_up_and_the_primary_warms_before_it_takes_over() -> None:
     primary, bridge = FakeBackend("openvino", 2), FakeBackend("onnxruntime", 2)
-    runtime = Runtime(primary, bridge, warm_up=WARM)
+    runtime = LocalRuntime(primary, bridge, warm_up=WARM)
     opened = runtime.load_bridged()
     assert opened.warmed == 2 and sorted(bridge.calls) == [(0, 12), (1, 12)]
     assert primary.calls == []  # the warm-up is not the bridge's first request: the primary waits for that
@@ -77,7 +77,7 @@ def test_the_bridge_warms_up_and_the_primary_warms_before_it_takes_over() -> Non
 
 def test_no_warm_up_without_an_input() -> None:
     primary = FakeBackend("openvino", 2)
-    assert Runtime(primary).load_primary().warmed == 0
+    assert LocalRuntime(primary).load_primary().warmed == 0
     assert primary.calls == []
 
 
