@@ -58,3 +58,18 @@ def test_sse_in_wav_decodes(server: LiveServer) -> None:
 
     samples, rate = sf.read(io.BytesIO(wav))
     assert rate == 24000 and len(samples) > 24000
+
+
+def test_sse_deltas_arrive_while_the_rest_is_synthesized(server: LiveServer) -> None:
+    import httpx
+
+    long_text = " ".join(["This sentence is one of several, so the stream has more than one chunk."] * 2)
+    with client(server).audio.speech.with_streaming_response.create(
+            model="gpt-4o-mini-tts", voice="alloy", input=long_text, response_format="pcm",
+            stream_format="sse") as response:
+        lines = response.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[6:])["type"] == "speech.audio.delta"
+        assert httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()["in_flight"] == 1
+        rest = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert rest[-1]["type"] == "speech.audio.done" and len(rest) >= 2

@@ -57,37 +57,49 @@ def wait_until(page: Any, expression: str, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium)")
-@pytest.mark.parametrize("fmt, voice, mode", [("mp3", "jf_alpha", "media source"),
-                                              ("pcm", "jf_alpha(2)+jm_kumo(1)", "web audio"),
-                                              ("opus", "nova", "whole file")])
-def test_chromium_speaks_and_plays_the_stream(server: LiveServer, fmt: str, voice: str, mode: str) -> None:
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM,
                                     args=["--autoplay-policy=no-user-gesture-required", "--no-sandbox"])
         try:
-            page = browser.new_page()
-            requested: list[str] = []
-            page.on("request", lambda r: requested.append(r.url))
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server.url}/web")
-            wait_until(page, "document.querySelector('#voice option[value=jf_alpha]') !== null", 10)
-            page.fill("#text", "Hello from the browser. The second sentence streams after the first.")
-            if "+" in voice:
-                page.fill("#blend", voice)
-            else:
-                page.select_option("#voice", voice)
-            page.select_option("#format", fmt)
-            page.fill("#speed", "1.2")
-            page.click("#speak")
-            wait_until(page, "['received', 'failed'].includes(window.ttsState.status)", 120)
-            wait_until(page, "window.ttsState.error !== null || window.ttsState.playedS > 0.5", 30)
-            state = page.evaluate("window.ttsState")
+            yield browser
         finally:
             browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium)")
+@pytest.mark.parametrize("fmt, voice, mode", [("mp3", "jf_alpha", "media source"),
+                                              ("aac", "onyx", "media source"),
+                                              ("pcm", "jf_alpha(2)+jm_kumo(1)", "web audio"),
+                                              ("wav", "jf_nezumi-jm_kumo(0.3)", "web audio"),
+                                              ("opus", "nova", "whole file"),
+                                              ("flac", "jm_kumo", "whole file")])
+def test_chromium_speaks_and_plays_the_stream(chromium: Any, server: LiveServer, fmt: str, voice: str,
+                                              mode: str) -> None:
+    page = chromium.new_page()
+    try:
+        requested: list[str] = []
+        page.on("request", lambda r: requested.append(r.url))
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(f"{server.url}/web")
+        wait_until(page, "document.querySelector('#voice option[value=jf_alpha]') !== null", 10)
+        page.fill("#text", "Hello from the browser. The second sentence streams after the first.")
+        if "+" in voice or "-" in voice:
+            page.fill("#blend", voice)
+        else:
+            page.select_option("#voice", voice)
+        page.select_option("#format", fmt)
+        page.fill("#speed", "1.2")
+        page.click("#speak")
+        wait_until(page, "['received', 'failed'].includes(window.ttsState.status)", 120)
+        wait_until(page, "window.ttsState.error !== null || window.ttsState.playedS > 0.5", 30)
+        state = page.evaluate("window.ttsState")
+    finally:
+        page.close()
     assert state["error"] is None and errors == []
     assert state["mode"] == mode and state["bytes"] > 10_000 and state["firstByteMs"] is not None
     assert all(url.startswith(server.url) or url.startswith("blob:") for url in requested), requested

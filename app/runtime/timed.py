@@ -1,0 +1,100 @@
+"""A copy of the model that also outputs the duration Kokoro predicts for each token.
+
+The kokoro-onnx export computes one integer duration per input token inside its graph (the
+predictor's ``Round``, then ``Clip`` and ``Cast`` to int64, before the alignment is built; one unit
+is 600 samples, 25 ms) but outputs only the audio. Word timestamps need that tensor, so this module
+makes ``<stem>.timed.onnx``: the original bytes, unchanged, followed by a few bytes that declare the
+tensor a second graph output. A protobuf parser merges a repeated embedded message into the first
+(``graph``) and appends to its repeated ``output`` field, so the graph is the same graph with one
+more output: nothing is re-serialized, no ``onnx`` package is needed, and the audio stays
+bit-identical (tested on ONNX Runtime). The copy is a different file (path, size, sha256), so every
+compile cache keyed on the model keys on it.
+
+A model without the known tensor (a user's own export) gets no timed copy: it still speaks, and
+word timestamps are unavailable for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DURATION_TENSORS = ("/encoder/Cast_output_0",)
+"""Names of the per-token duration tensor in known exports (kokoro-onnx v1.0: int8, fp16, fp32)."""
+_INT64 = 7
+"""``onnx.TensorProto.INT64``."""
+
+
+def duration_tensor(model: Path) -> str | None:
+    """The name of the duration tensor in ``model``, if it is an export this module knows."""
+    with open(model, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for name in DURATION_TENSORS:
+            # A node's output is a length-prefixed string (field 2 of NodeProto): look for exactly that.
+            if data.find(b"\x12" + _varint(len(name)) + name.encode()) >= 0:
+                return name
+    return None
+
+
+def derive(model: Path, directory: Path) -> Path | None:
+    """``<directory>/<stem>.timed.onnx`` for ``model`` (made once, atomically), or None when ``model``
+    has no known duration tensor. Remade when the source's size or mtime change."""
+    target = directory / f"{model.stem}.timed.onnx"
+    marker = target.with_name(target.name + ".source")
+    stamp = _stamp(model)
+    try:
+        if target.is_file() and marker.read_text() == stamp:
+            return target
+    except OSError:
+        pass
+    name = duration_tensor(model)
+    if name is None:
+        log.info("model %s has no known duration tensor: no word timestamps", model)
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".timed-")
+    try:
+        with os.fdopen(fd, "wb") as out, open(model, "rb") as source:
+            shutil.copyfileobj(source, out, 1 << 20)
+            out.write(output_fragment(name))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    marker.write_text(stamp)
+    log.info("made %s: %s with its duration tensor %s as a second output", target, model.name, name)
+    return target
+
+
+def output_fragment(name: str) -> bytes:
+    """``ModelProto{graph: GraphProto{output: [ValueInfoProto{name, type: int64 tensor}]}}``, serialized."""
+    tensor_type = _field(1, _varint(_INT64), wire=0)  # TypeProto.Tensor.elem_type
+    value_type = _field(1, tensor_type)  # TypeProto.tensor_type
+    value_info = _field(1, name.encode()) + _field(2, value_type)  # ValueInfoProto.name, .type
+    return _field(7, _field(12, value_info))  # ModelProto.graph, GraphProto.output
+
+
+def _field(number: int, payload: bytes, *, wire: int = 2) -> bytes:
+    key = _varint(number << 3 | wire)
+    return key + payload if wire == 0 else key + _varint(len(payload)) + payload
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _stamp(path: Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()} {st.st_size} {st.st_mtime_ns}"
