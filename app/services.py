@@ -61,7 +61,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up)
     runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
-    frontend = Frontend(writable / "frontend")
+    baked = settings.baked_cache_dir
+    frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)
     pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
                       realtime_factor=settings.realtime_factor)
     engine = Engine(runtime, pool, frontend, voices, vocab,

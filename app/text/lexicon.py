@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -63,25 +64,40 @@ class TrieMap(Mapping[str, Pronunciation]):
         return len(self._trie)
 
 
-def load(british: bool, directory: Path) -> Any:
-    """A misaki ``Lexicon`` whose ``golds``/``silvers`` are tries mapped from ``directory``
-    (built there first when missing or unreadable)."""
-    import marisa_trie
+def _paths(british: bool, directory: Path) -> dict[str, Path]:
     import misaki
-    from misaki import en
 
-    start = time.perf_counter()
+    return {part: directory / f"lexicon-{'gb' if british else 'us'}-misaki{misaki.__version__}-{part}.marisa"
+            for part in ("golds", "silvers")}
+
+
+def _mapped(paths: dict[str, Path]) -> dict[str, TrieMap]:
+    """Every part mapped, or nothing (a part missing or damaged)."""
+    import marisa_trie
+
     tries: dict[str, TrieMap] = {}
-    paths = {part: directory / f"lexicon-{'gb' if british else 'us'}-misaki{misaki.__version__}-{part}.marisa"
-             for part in ("golds", "silvers")}
     for part, path in paths.items():
         trie = marisa_trie.BytesTrie()
         try:
             trie.mmap(str(path))
-        except Exception:  # missing, or damaged: build all parts again from misaki's data
-            tries.clear()
-            break
+        except Exception:  # missing, or damaged: the caller builds all parts again from misaki's data
+            return {}
         tries[part] = TrieMap(trie)
+    return tries
+
+
+def load(british: bool, directory: Path, baked: Path | None = None) -> Any:
+    """A misaki ``Lexicon`` whose ``golds``/``silvers`` are tries mapped from ``baked`` (read-only, made at
+    image build by ``python -m app.text.lexicon``) when it holds them, else from ``directory`` (built there
+    first when missing or unreadable)."""
+    import marisa_trie
+    from misaki import en
+
+    start = time.perf_counter()
+    tries = _mapped(_paths(british, baked)) if baked is not None else {}
+    paths = _paths(british, directory)
+    if not tries:
+        tries = _mapped(paths)
     if len(tries) < len(paths):
         source = en.Lexicon(british)
         try:
@@ -113,3 +129,18 @@ def load(british: bool, directory: Path) -> Any:
 
 def files(directory: Path) -> list[Path]:
     return sorted(directory.glob("lexicon-*.marisa")) if directory.is_dir() else []
+
+
+def main(argv: list[str]) -> int:
+    """``python -m app.text.lexicon DIR``: build both accents' tries into DIR (the image build bakes them)."""
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m app.text.lexicon DIR\n")
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for british in (False, True):
+        load(british, Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -57,3 +57,23 @@ def test_a_damaged_trie_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixt
         rebuilt = lexicon.load(False, tmp_path)
     assert "lexicon tries built" in caplog.text
     assert golds.stat().st_size > 100_000 and rebuilt.golds["hello"]
+
+
+def test_tries_baked_at_build_are_mapped_and_nothing_is_built(frontends: tuple[Frontend, Frontend, Path],
+                                                              tmp_path: Path) -> None:
+    """The image bakes the tries (python -m app.text.lexicon DIR); a start maps them read-only."""
+    dicts, _, _ = frontends
+    baked = tmp_path / "baked"
+    assert lexicon.main([str(baked)]) == 0
+    assert len(lexicon.files(baked)) == 4  # golds and silvers, US and GB
+    baked.chmod(0o555)
+    try:
+        writable = tmp_path / "writable"
+        frontend = Frontend(writable, baked)
+        frontend.load(("en-us", "en-gb"))
+        assert not writable.exists() or not lexicon.files(writable)
+        assert set(lexicon.files(baked)) <= set(frontend.files())
+        for lang in ("en-us", "en-gb"):
+            assert frontend.phonemize(SENTENCES[0], lang) == dicts.phonemize(SENTENCES[0], lang)
+    finally:
+        baked.chmod(0o755)
