@@ -47,11 +47,13 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
         modelfile.expected_sha256() if settings.model_path is None else
         settings.model_sha256 or modelfile.sha256_of(model_path))
     settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
+    source_path = model_path
     model_path = forms.path(choice.form, model_path, writable, digest)
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams
-    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable)
+    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable,
+                source_path=source_path if model_path != source_path else None)
     runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
     frontend = Frontend(writable / "frontend")
     engine = Engine(runtime, StreamPool(shape.streams, queue), frontend, voices, Vocab.embedded(),

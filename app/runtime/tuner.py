@@ -233,7 +233,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
                     form_path = forms.path(candidate.form, model_path, writable, digest)
                     # A derived form is a file of its own: its compile cache is keyed by its own hash.
                     cache = _cache_dir(candidate, settings, writable, form_path,
-                                       digest if form_path == model_path else None)
+                                       digest if form_path == model_path else forms.digest(form_path))
                     job = {**base, "round": number, "cache_dir": cache, "model_path": str(form_path)}
                     outcome, audio = trial(candidate, job)
                 except Exception as exc:  # a crashed or failing trial rules the candidate out, nothing more
