@@ -5,8 +5,8 @@ itself; other forms are derived from it once (at tuning or image build time) int
 directory, keyed by the source model's sha256 and the runtime version that made them, and kept only if they
 pass the output check (`app.runtime.outputcheck`) when the tuner measures them.
 
-- ``ir``: OpenVINO's own format (``model.xml`` + ``model.bin``), converted once with ``ov.convert_model``
-  and saved without weight compression, so a start reads the graph instead of converting the ONNX file
+- ``ir``: OpenVINO's own format (``model.xml`` + ``model.bin``), read once from the ONNX file and saved
+  without weight compression, so a start reads the graph instead of converting the ONNX file
   and maps the weights from the ``.bin`` (OpenVINO only: ONNX Runtime cannot read it).
 
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
@@ -132,9 +132,12 @@ def _openvino_version() -> str:
 def _make_ir(source: Path, directory: Path) -> None:
     import openvino as ov
 
-    model = ov.convert_model(str(source))
-    # save_model halves f32 weights to f16 by default, which would change the audio; keep them as they are.
-    ov.save_model(model, str(directory / MODEL), compress_to_fp16=False)
+    # read_model, not convert_model: the graph convert_model makes (its front-end fusions: 12 attention
+    # blocks into ScaledDotProductAttention, more MVN) fails on the second input length it sees ("Input shape
+    # dimension equal 14 cannot be broadcasted ... to 19", openvino 2026.4.1), while read_model's is the graph
+    # compile_model builds from the ONNX file itself (same audio, bit for bit). save_model would halve f32
+    # weights to f16 by default, which changes the audio: keep them as they are.
+    ov.save_model(ov.Core().read_model(str(source)), str(directory / MODEL), compress_to_fp16=False)
 
 
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir}
