@@ -70,13 +70,15 @@ def shapes(cpus: int) -> list[tuple[int, int]]:
 
 
 def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
-    """Everything worth measuring on this CPU: OpenVINO f32 (and bf16 where the CPU computes it natively)
-    and ONNX Runtime, each at every shape of `shapes`."""
+    """Everything worth measuring on this CPU: OpenVINO f32 (and bf16 where the CPU computes it natively) on
+    the shipped model and on its dequantized form (`app.runtime.forms`), and ONNX Runtime, each at every
+    shape of `shapes`. The ``ir`` form is left out: it is the shipped graph, as fast, only saved."""
     found: list[Candidate] = []
     precisions = ["f32"] + (["bf16"] if {"avx512_bf16", "amx_bf16"} & flags else [])
     for streams, threads in shapes(cpus):
-        for precision in precisions:
-            found.append(Candidate("openvino", precision, streams, threads))
+        for form in (forms.ONNX, forms.DEQUANT):
+            for precision in precisions:
+                found.append(Candidate("openvino", precision, streams, threads, form=form))
         found.append(Candidate("onnxruntime", "f32", streams, threads))
     return found
 

@@ -72,7 +72,7 @@ def test_the_shipped_form_is_the_model_and_unknown_forms_are_refused(tmp_path: P
     source = tmp_path / "model.onnx"
     assert forms.path(forms.ONNX, source, tmp_path, "") == source
     assert forms.digest(source) is None
-    with pytest.raises(forms.UnknownForm, match="known: onnx, ir"):
+    with pytest.raises(forms.UnknownForm, match="known: onnx, ir, dequant"):
         forms.path("int4", source, tmp_path, "")
 
 
@@ -87,11 +87,13 @@ def _inputs() -> list[tuple[np.ndarray, np.ndarray]]:
     return found
 
 
-def test_the_ir_form_passes_the_output_check(cache_dir: Path, tmp_path: Path) -> None:
-    """The real conversion of the embedded model, served by OpenVINO, against ONNX Runtime on the model. Two
-    input lengths on one request: a graph from ``ov.convert_model`` failed on the second length it saw."""
+@pytest.mark.parametrize("form", [forms.IR, forms.DEQUANT])
+def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_path: Path) -> None:
+    """The real making of the form from the embedded model, served by OpenVINO, against ONNX Runtime on the
+    model. Two input lengths on one request: a graph from ``ov.convert_model`` failed on the second length."""
     model = modelfile.resolve(None, [cache_dir / "models"])
-    ir = forms.path(forms.IR, model, tmp_path, modelfile.expected_sha256())
+    ir = forms.path(form, model, tmp_path, modelfile.expected_sha256())
+    assert sorted(p.name for p in ir.parent.iterdir()) == ["form.json", "model.bin", "model.xml"]
     assert ir.suffix == ".xml" and ir.with_suffix(".bin").stat().st_size > 50_000_000
     reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     served = OpenVinoBackend(ir, PoolShape(1, 1), runtime_defaults=False, precision="f32", cache_dir=None)
@@ -101,5 +103,5 @@ def test_the_ir_form_passes_the_output_check(cache_dir: Path, tmp_path: Path) ->
     assert len({t.shape[1] for t, _ in _inputs()}) == 2
     expected = {str(n): reference.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
     got = {str(n): served.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
-    verdict, _ = outputcheck.compare("openvino-ir", "onnxruntime", expected, got)
+    verdict, _ = outputcheck.compare(f"openvino-{form}", "onnxruntime", expected, got)
     assert verdict.passed, verdict
