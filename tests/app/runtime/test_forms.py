@@ -105,3 +105,21 @@ def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_
     got = {str(n): served.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
     verdict, _ = outputcheck.compare(f"openvino-{form}", "onnxruntime", expected, got)
     assert verdict.passed, verdict
+
+
+def test_a_derived_form_has_a_compile_cache_of_its_own(tmp_path: Path, counting: list[Path]) -> None:
+    """Keyed by the digest of the form's files, not by the shipped model's hash (which names the cache of the
+    shipped file: a blob of the one graph must never be imported for the other)."""
+    from app.runtime import spec
+    from app.settings import Settings
+
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"0123456789")
+    made = forms.path(forms.IR, source, tmp_path, modelfile.expected_sha256())
+    settings = Settings(cache_dir=tmp_path, backend="openvino")
+    directory = spec._compile_cache(settings, made, tmp_path)
+    shipped = spec._compile_cache(settings, source, tmp_path)
+    assert directory is not None and shipped is not None
+    digest = forms.digest(made)
+    assert digest is not None and digest[:16] in directory.name
+    assert modelfile.expected_sha256()[:16] in shipped.name and directory != shipped
