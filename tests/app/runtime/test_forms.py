@@ -123,3 +123,15 @@ def test_a_derived_form_has_a_compile_cache_of_its_own(tmp_path: Path, counting:
     digest = forms.digest(made)
     assert digest is not None and digest[:16] in directory.name
     assert modelfile.expected_sha256()[:16] in shipped.name and directory != shipped
+
+
+def test_the_tuner_measures_openvino_on_the_dequant_form_at_every_shape() -> None:
+    from app.runtime import tuner
+
+    plain = tuner.candidates(2, frozenset({"avx2"}))
+    dequant = {c.name for c in plain if c.form == forms.DEQUANT}
+    assert dequant == {"openvino-dequant-f32-2x1", "openvino-dequant-f32-1x2"}
+    assert all(c.backend == "openvino" for c in plain if c.form in forms.OPENVINO_ONLY)
+    assert not any(c.form == forms.IR for c in plain)  # the same graph as the shipped file: nothing to measure
+    amx = tuner.candidates(2, frozenset({"amx_bf16"}))
+    assert "openvino-dequant-bf16-2x1" in {c.name for c in amx}
