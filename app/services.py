@@ -48,7 +48,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
         settings.model_sha256 or modelfile.sha256_of(model_path))
     settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
     source_path = model_path
-    model_path = forms.path(choice.form, model_path, writable, digest)
+    model_path = forms.path(choice.form, model_path, writable, digest,
+                            read_only=[settings.baked_cache_dir, settings.cache_dir])
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     voices = VoiceBank.load(settings.voices_path)
     queue = settings.queue_size or 2 * shape.streams

@@ -29,7 +29,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -54,20 +54,24 @@ class UnknownForm(ValueError):
     """A manifest or a setting names a form this version cannot make."""
 
 
-def path(form: str, model_path: Path, writable: Path, model_sha256: str) -> Path:
+def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
+         read_only: Sequence[Path | None] = ()) -> Path:
     """The file of ``form`` for the model at ``model_path`` (made on first use where it is derived).
 
     ``model_sha256`` is the source model's (hashed here when empty): it names the form's directory, so a
-    form made from another model is never picked up."""
+    form made from another model is never picked up. A whole form already under one of ``read_only`` (the
+    image's baked cache, a read-only cache directory) is used from there; else it is made under ``writable``."""
     if form == ONNX:
         return model_path
     maker = _MAKERS.get(form)
     if maker is None:
         raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
     digest = model_sha256 or modelfile.sha256_of(model_path)
-    directory = writable / "forms" / digest[:16] / f"{form}-ov{_openvino_version()}"
-    if _complete(directory):
-        return directory / MODEL
+    relative = Path("forms") / digest[:16] / f"{form}-ov{_openvino_version()}"
+    for root in [r for r in read_only if r is not None] + [writable]:
+        if _complete(root / relative):
+            return root / relative / MODEL
+    directory = writable / relative
     _make(form, maker, model_path, digest, directory)
     return directory / MODEL
 

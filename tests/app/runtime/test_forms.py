@@ -135,3 +135,11 @@ def test_the_tuner_measures_openvino_on_the_dequant_form_at_every_shape() -> Non
     assert not any(c.form == forms.IR for c in plain)  # the same graph as the shipped file: nothing to measure
     amx = tuner.candidates(2, frozenset({"amx_bf16"}))
     assert "openvino-dequant-bf16-2x1" in {c.name for c in amx}
+
+
+def test_a_form_baked_elsewhere_is_used_from_there(tmp_path: Path, counting: list[Path]) -> None:
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"0123456789")
+    baked = forms.path(forms.IR, source, tmp_path / "baked", "ab" * 32)
+    assert forms.path(forms.IR, source, tmp_path / "w", "ab" * 32, read_only=[None, tmp_path / "baked"]) == baked
+    assert len(counting) == 1 and not (tmp_path / "w").exists()
