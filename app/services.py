@@ -50,7 +50,9 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
         modelfile.expected_sha256() if settings.model_path is None else
         settings.model_sha256 or modelfile.sha256_of(model_path))
     settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
-    model_path = forms.path(choice.form, model_path, writable, digest)
+    source_path = model_path
+    model_path = forms.path(choice.form, model_path, writable, digest,
+                            read_only=[settings.baked_cache_dir, settings.cache_dir])
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     try:
         voices = VoiceBank.load(settings.voices_path, settings.alias_table())
@@ -59,7 +61,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     vocab = Vocab.embedded()
     queue = settings.queue_size or 2 * shape.streams
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
-    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up)
+    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
+                source_path=source_path if model_path != source_path else None)
     runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
     baked = settings.baked_cache_dir
     frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)

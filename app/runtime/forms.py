@@ -2,25 +2,164 @@
 
 A form is named by a short string (`Candidate.form` in `app.runtime.tuning`). ``onnx`` is the model file
 itself; other forms are derived from it once (at tuning or image build time) into the writable cache
-directory, keyed by the source model's sha256, and kept only if they pass the output check
-(`app.runtime.outputcheck`) when the tuner measures them.
+directory, keyed by the source model's sha256 and the runtime version that made them, and kept only if they
+pass the output check (`app.runtime.outputcheck`) when the tuner measures them.
+
+- ``ir``: OpenVINO's own format (``model.xml`` + ``model.bin``), read once from the ONNX file and saved
+  without weight compression, so a start reads the graph instead of converting the ONNX file
+  and maps the weights from the ``.bin`` (OpenVINO only: ONNX Runtime cannot read it).
+
+- ``dequant``: the shipped dynamic-int8 export with its weights dequantized once to plain f32 MatMul, Conv
+  and LSTM (`app.runtime.dequantize`), saved as an IR. OpenVINO runs the export's run-time quantization as
+  about a thousand element-wise ops; without them it was 1.10x ONNX Runtime's efficiency on an AMX Xeon
+  where the shipped file ran at 0.83x, at 1.7 GB peak instead of 2.8 GB (bench/results/forms-20261201).
+
+A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
+``form.json`` recording what it was made from and the sha256 of its files (`digest`), which keys its
+compile cache: the form is a model file of its own, not the shipped one. It is made in a sibling directory
+and renamed into place, so a crash mid-make leaves nothing a later start would trust, and two processes
+making it at once both end up with one whole form.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 
+from app.runtime import modelfile
+
+log = logging.getLogger(__name__)
+
 ONNX = "onnx"
-FORMS: tuple[str, ...] = (ONNX,)
+IR = "ir"
+DEQUANT = "dequant"
+FORMS: tuple[str, ...] = (ONNX, IR, DEQUANT)
 """Every form this version knows."""
+
+OPENVINO_ONLY: frozenset[str] = frozenset({IR, DEQUANT})
+"""Forms only OpenVINO can run."""
+
+RECORD = "form.json"
+MODEL = "model.xml"
 
 
 class UnknownForm(ValueError):
     """A manifest or a setting names a form this version cannot make."""
 
 
-def path(form: str, model_path: Path, writable: Path, model_sha256: str) -> Path:
-    """The file of ``form`` for the model at ``model_path`` (made on first use where it is derived)."""
+def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
+         read_only: Sequence[Path | None] = ()) -> Path:
+    """The file of ``form`` for the model at ``model_path`` (made on first use where it is derived).
+
+    ``model_sha256`` is the source model's (hashed here when empty): it names the form's directory, so a
+    form made from another model is never picked up. A whole form already under one of ``read_only`` (the
+    image's baked cache, a read-only cache directory) is used from there; else it is made under ``writable``."""
     if form == ONNX:
         return model_path
-    raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
+    maker = _MAKERS.get(form)
+    if maker is None:
+        raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
+    digest = model_sha256 or modelfile.sha256_of(model_path)
+    relative = Path("forms") / digest[:16] / f"{form}-ov{_openvino_version()}"
+    for root in [r for r in read_only if r is not None] + [writable]:
+        if _complete(root / relative):
+            return root / relative / MODEL
+    directory = writable / relative
+    _make(form, maker, model_path, digest, directory)
+    return directory / MODEL
+
+
+def digest(form_path: Path) -> str | None:
+    """The sha256 over a derived form's files, as recorded when it was made; ``None`` for a file that is
+    not a derived form (the shipped model or a user's own)."""
+    try:
+        record = json.loads((form_path.parent / RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    value = record.get("sha256") if isinstance(record, dict) else None
+    return str(value) if value and form_path.name == MODEL else None
+
+
+def _complete(directory: Path) -> bool:
+    """Whether ``directory`` holds a whole form: its record names files that are there, at their sizes."""
+    try:
+        record = json.loads((directory / RECORD).read_text())
+        return all((directory / name).stat().st_size == size for name, size in record["files"].items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _make(form: str, maker: Callable[[Path, Path], None], source: Path, source_sha256: str,
+          directory: Path) -> None:
+    started = time.monotonic()
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    partial = directory.with_name(f".{directory.name}.{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        maker(source, partial)
+        files = {p.name: p.stat().st_size for p in sorted(partial.iterdir()) if p.is_file()}
+        record = {"form": form, "source": str(source), "source_sha256": source_sha256,
+                  "openvino": _openvino_version(), "files": files, "sha256": _files_digest(partial, files),
+                  "made_s": round(time.monotonic() - started, 1)}
+        (partial / RECORD).write_text(json.dumps(record, indent=2) + "\n")
+        if directory.exists() and not _complete(directory):
+            shutil.rmtree(directory, ignore_errors=True)  # a damaged form is made again
+        try:
+            os.rename(partial, directory)
+        except OSError:
+            if not _complete(directory):
+                raise
+            log.info("model form %s: another process made %s first; using it", form, directory)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    log.info("model form %s made from %s in %.1f s: %s", form, source, time.monotonic() - started, directory)
+
+
+def _files_digest(directory: Path, files: dict[str, int]) -> str:
+    hasher = hashlib.sha256()
+    for name in sorted(files):
+        hasher.update(name.encode() + b"\0")
+        with open(directory / name, "rb") as handle:
+            hasher.update(hashlib.file_digest(handle, "sha256").digest())
+    return hasher.hexdigest()
+
+
+def _openvino_version() -> str:
+    try:
+        return metadata.version("openvino")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def _make_ir(source: Path, directory: Path) -> None:
+    import openvino as ov
+
+    # read_model, not convert_model: the graph convert_model makes (its front-end fusions: 12 attention
+    # blocks into ScaledDotProductAttention, more MVN) fails on the second input length it sees ("Input shape
+    # dimension equal 14 cannot be broadcasted ... to 19", openvino 2026.4.1), while read_model's is the graph
+    # compile_model builds from the ONNX file itself (same audio, bit for bit). save_model would halve f32
+    # weights to f16 by default, which changes the audio: keep them as they are.
+    ov.save_model(ov.Core().read_model(str(source)), str(directory / MODEL), compress_to_fp16=False)
+
+
+def _make_dequant(source: Path, directory: Path) -> None:
+    import openvino as ov
+
+    from app.runtime.dequantize import dequantize
+
+    staged = directory / "dequantized.onnx"
+    counts = dequantize(source, staged)
+    log.info("model form %s: rewrote %s", DEQUANT, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    ov.save_model(ov.Core().read_model(str(staged)), str(directory / MODEL), compress_to_fp16=False)
+    staged.unlink()
+
+
+_MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant}

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.runtime import backends, modelfile
+from app.runtime import backends, forms, modelfile
 from app.runtime.backends.base import Backend
 from app.runtime.backends.deferred import Deferred
 from app.runtime.local import LocalRuntime, WarmUp
@@ -34,6 +34,9 @@ class Spec:
     """The writable cache directory (compile cache, the bridge's optimized graph)."""
     warm_up: WarmUp | None = None
     """What every slot runs once after each load, before serving; None skips the warm-up."""
+    source_path: Path | None = None
+    """The ONNX file ``model_path`` was derived from, when it is a derived form (`app.runtime.forms`): the
+    restore bridge is ONNX Runtime, which runs the ONNX file, not OpenVINO's IR."""
 
     @property
     def has_bridge(self) -> bool:
@@ -43,7 +46,7 @@ class Spec:
 def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
-    bridge = (backends.bridge(spec.model_path, spec.shape, spec.writable / "onnxruntime")
+    bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime")
               if spec.has_bridge else None)
     return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
 
@@ -65,7 +68,8 @@ def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path
         return None
     from app.runtime import compile_cache
 
-    digest = modelfile.expected_sha256() if settings.model_path is None else None
+    # A derived form is a model file of its own: its cache is keyed by the digest recorded when it was made.
+    digest = forms.digest(model_path) or (modelfile.expected_sha256() if settings.model_path is None else None)
     directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest,
                                           precision=settings.precision)
     readonly = settings.cache_dir / "openvino" / directory.name

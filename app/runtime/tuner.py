@@ -71,13 +71,15 @@ def shapes(cpus: int) -> list[tuple[int, int]]:
 
 
 def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
-    """Everything worth measuring on this CPU: OpenVINO f32 (and bf16 where the CPU computes it natively)
-    and ONNX Runtime, each at every shape of `shapes`."""
+    """Everything worth measuring on this CPU: OpenVINO f32 (and bf16 where the CPU computes it natively) on
+    the shipped model and on its dequantized form (`app.runtime.forms`), and ONNX Runtime, each at every
+    shape of `shapes`. The ``ir`` form is left out: it is the shipped graph, as fast, only saved."""
     found: list[Candidate] = []
     precisions = ["f32"] + (["bf16"] if {"avx512_bf16", "amx_bf16"} & flags else [])
     for streams, threads in shapes(cpus):
-        for precision in precisions:
-            found.append(Candidate("openvino", precision, streams, threads))
+        for form in (forms.ONNX, forms.DEQUANT):
+            for precision in precisions:
+                found.append(Candidate("openvino", precision, streams, threads, form=form))
         found.append(Candidate("onnxruntime", "f32", streams, threads))
     return found
 
@@ -240,7 +242,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
                     form_path = forms.path(candidate.form, model_path, writable, digest)
                     # A derived form is a file of its own: its compile cache is keyed by its own hash.
                     cache = _cache_dir(candidate, settings, writable, form_path,
-                                       digest if form_path == model_path else None)
+                                       digest if form_path == model_path else forms.digest(form_path))
                     job = {**base, "round": number, "cache_dir": cache, "model_path": str(form_path)}
                     outcome, audio = trial(candidate, job)
                 except Exception as exc:  # a crashed or failing trial rules the candidate out, nothing more

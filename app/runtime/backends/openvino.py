@@ -122,6 +122,9 @@ class OpenVinoBackend:
 
     def files(self) -> list[Path]:
         found = [self._model_path]
+        weights = self._model_path.with_suffix(".bin")
+        if self._model_path.suffix == ".xml" and weights.is_file():
+            found.append(weights)  # an IR form's weights, mapped by a load that used no compile cache
         if self._cache_dir is not None and self._cache_dir.is_dir():
             found.extend(p for p in self._cache_dir.iterdir() if p.is_file())
         return found

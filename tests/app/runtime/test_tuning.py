@@ -105,7 +105,8 @@ def test_candidates_fill_the_budget() -> None:
     assert tuner.shapes(2) == [(2, 1), (1, 2)]
     assert tuner.shapes(16) == [(16, 1), (8, 2), (4, 4)]
     names = {c.name for c in tuner.candidates(2, frozenset({"avx2"}))}
-    assert names == {"openvino-f32-2x1", "openvino-f32-1x2", "onnxruntime-f32-2x1", "onnxruntime-f32-1x2"}
+    assert names == {"openvino-f32-2x1", "openvino-f32-1x2", "openvino-dequant-f32-2x1", "openvino-dequant-f32-1x2",
+                     "onnxruntime-f32-2x1", "onnxruntime-f32-1x2"}
     assert any(c.precision == "bf16" for c in tuner.candidates(2, frozenset({"avx512_bf16"})))
 
 
