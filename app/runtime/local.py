@@ -130,30 +130,27 @@ class LocalRuntime:
             self.bridge.unload()
 
     def _warm(self, backend: Backend, resolved: Resolved) -> Resolved:
-        """One inference on every slot of a freshly loaded ``backend``, all at once (they are independent)."""
+        """One inference on every stream of a freshly loaded ``backend``, one after another.
+
+        Not all at once: once, a server whose model had just been imported from the compile cache
+        never finished two concurrent warm-up inferences (not reproduced since, in process or in
+        the inference process); one at a time, each infer request has run before any runs beside
+        another, and the input is short enough that the sum costs little.
+        """
         warm_up = self.warm_up
         if warm_up is None:
             return resolved
         start = time.perf_counter()
-        failures: list[BaseException] = []
-
-        def run(slot: int) -> None:
+        # Once per stream: slots that share one session (the bridge, ONNX Runtime defaults) warm together.
+        streams = max(1, min(resolved.slots, resolved.streams))
+        for slot in range(streams):
             try:
                 backend.infer(slot, warm_up.tokens, warm_up.style, 1.0)
-            except Exception as exc:  # a backend that cannot infer must not serve: raised below
-                failures.append(exc)
-
-        threads = [threading.Thread(target=run, args=(slot,), name=f"warm-up-{slot}")
-                   for slot in range(resolved.slots)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if failures:
-            raise RuntimeError(f"the {backend.name} warm-up inference failed: {failures[0]!r}") from failures[0]
+            except Exception as exc:  # a backend that cannot infer must not serve
+                raise RuntimeError(f"the {backend.name} warm-up inference failed on slot {slot}: {exc!r}") from exc
         seconds = time.perf_counter() - start
-        log.info("%s warmed up: %d slots in %.2f s", backend.name, resolved.slots, seconds)
-        return dataclasses.replace(resolved, warmed=resolved.slots, warm_up_s=seconds)
+        log.info("%s warmed up: %d streams in %.2f s", backend.name, streams, seconds)
+        return dataclasses.replace(resolved, warmed=streams, warm_up_s=seconds)
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:

@@ -23,9 +23,10 @@ ADMIN = {"Authorization": "Bearer warm"}
 class FakeBackend:
     """Records the inferences it runs, per slot."""
 
-    def __init__(self, name: str, slots: int) -> None:
+    def __init__(self, name: str, slots: int, streams: int | None = None) -> None:
         self.name = name
         self.slots = slots
+        self.streams = slots if streams is None else streams
         self.calls: list[tuple[int, int]] = []
         self._loaded = False
         self._lock = threading.Lock()
@@ -36,7 +37,7 @@ class FakeBackend:
 
     def load(self) -> Resolved:
         self._loaded = True
-        return Resolved(self.name, self.slots, self.slots, self.slots, "f32", 0.0, None)
+        return Resolved(self.name, self.slots, self.streams, self.slots, "f32", 0.0, None)
 
     def unload(self) -> None:
         self._loaded = False
@@ -64,10 +65,11 @@ def test_every_slot_runs_one_warm_up_inference_after_a_load_and_it_is_not_counte
 
 
 def test_the_bridge_warms_up_and_the_primary_warms_before_it_takes_over() -> None:
-    primary, bridge = FakeBackend("openvino", 2), FakeBackend("onnxruntime", 2)
+    # The bridge is one session shared by both slots: one warm-up inference warms it.
+    primary, bridge = FakeBackend("openvino", 2), FakeBackend("onnxruntime", 2, streams=1)
     runtime = LocalRuntime(primary, bridge, warm_up=WARM)
     opened = runtime.load_bridged()
-    assert opened.warmed == 2 and sorted(bridge.calls) == [(0, 12), (1, 12)]
+    assert opened.warmed == 1 and bridge.calls == [(0, 12)]
     assert primary.calls == []  # the warm-up is not the bridge's first request: the primary waits for that
     runtime.infer(0, np.zeros((1, 5), dtype=np.int64), WARM.style, 1.0)  # the first request
     deadline = time.monotonic() + 5
@@ -76,6 +78,7 @@ def test_the_bridge_warms_up_and_the_primary_warms_before_it_takes_over() -> Non
         time.sleep(0.01)
     assert sorted(primary.calls) == [(0, 12), (1, 12)]
     assert runtime.resolved is not None and runtime.resolved.warmed == 2
+    assert runtime.served == {"onnxruntime": 1}  # only the request
 
 
 def test_no_warm_up_without_an_input() -> None:
@@ -90,7 +93,7 @@ def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(ca
         # The lifespan (hence readiness) ends after the load, and the load after the warm-up.
         assert client.get("/readyz").status_code == 200
         info = client.get("/v1/info").json()
-        assert info["resolved"]["warmed"] == info["pool"]["slots"] >= 1
+        assert info["resolved"]["warmed"] == info["resolved"]["streams"] == info["pool"]["slots"] >= 1
         assert info["resolved"]["warm_up_s"] > 0
         assert info["inferences_by_backend"] == {}  # warm-up inferences serve nobody
         assert client.post("/v1/lifecycle/release", headers=ADMIN).status_code == 200

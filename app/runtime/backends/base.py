@@ -32,7 +32,7 @@ class Resolved:
     extra: dict[str, Any] = field(default_factory=dict)
     """Runtime-specific properties worth showing."""
     warmed: int = 0
-    """Slots that ran their warm-up inference after this load, before serving (`app.runtime.local`)."""
+    """Streams that ran their warm-up inference after this load, before serving (`app.runtime.local`)."""
     warm_up_s: float = 0.0
     """Seconds the warm-up took (all slots at once)."""
 
