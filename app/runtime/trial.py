@@ -98,8 +98,20 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     audio_s = samples[0] / SAMPLE_RATE
     return {"candidate": candidate.name, "efficiency": audio_s / cpu_s, "throughput": audio_s / wall_s,
             "audio_s": audio_s, "cpu_s": cpu_s, "wall_s": wall_s, "load_s": resolved.load_s,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "peak_rss_mb": _peak_rss_mb(),
             "resolved": {k: v for k, v in asdict(resolved).items() if k != "extra"}}
+
+
+def _peak_rss_mb() -> float:
+    """This process's own peak RSS (``VmHWM``). Not ``ru_maxrss``: Linux carries that across ``exec`` from
+    the parent, so every trial would report at least the tuner's own peak (1.8 GB once it made a form)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def main(argv: list[str]) -> int:

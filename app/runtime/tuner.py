@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 TIE = 0.03
 """OpenVINO keeps the choice unless another backend is more than 3 % more efficient."""
 
+CHECK_MARGIN = 0.9
+"""A chosen form's worst log-mel distance on the tuning corpus must stay under 90 % of the output check's
+limit. The tuning corpus is small and the benchmark checks other text: OpenVINO bf16 here measured 0.72 on
+one run and 0.68 on the next against the 0.70 limit, so a form that only just passes on the tuning corpus
+can fail elsewhere; backend-to-backend differences in f32 sit near 0.50."""
+
 TUNING_TEXTS: tuple[tuple[str, str], ...] = (
     ("jf_alpha", "Thanks for calling."),
     ("jm_kumo", "Your order has shipped and should arrive on Thursday, between nine and noon."),
@@ -102,7 +108,9 @@ class Result:
 
     @property
     def eligible(self) -> bool:
-        return not self.error and self.check is not None and self.check.passed and bool(self.efficiencies)
+        check = self.check
+        return (not self.error and check is not None and check.passed and bool(self.efficiencies)
+                and check.max_mel_distance <= CHECK_MARGIN * outputcheck.THRESHOLDS.max_mel_distance)
 
     def row(self) -> dict[str, Any]:
         check = self.check
@@ -258,8 +266,9 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
                 verdict, _ = outputcheck.compare(candidate.name, REFERENCE, ref_audio, audio)
                 if result.check is None or not verdict.passed:
                     result.check = verdict
-                log.info("tuning: %s round %d: %.3f audio-s per CPU-s, check %s", candidate.name, number,
-                         outcome["efficiency"], "pass" if verdict.passed else f"FAIL ({len(verdict.failed)} chunks)")
+                log.info("tuning: %s round %d: %.3f audio-s per CPU-s, check %s (worst log-mel %.2f)", candidate.name,
+                         number, outcome["efficiency"],
+                         "pass" if verdict.passed else f"FAIL ({len(verdict.failed)} chunks)", verdict.max_mel_distance)
             if number == 0:
                 round_s = time.monotonic() - begun
     best, why = choose(list(results.values()))
