@@ -28,6 +28,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -72,8 +74,20 @@ def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
         if _complete(root / relative):
             return root / relative / MODEL
     directory = writable / relative
-    _make(form, maker, model_path, digest, directory)
+    _make_isolated(form, model_path, digest, directory)
     return directory / MODEL
+
+
+def _make_isolated(form: str, source: Path, digest: str, directory: Path) -> None:
+    """`_make` in a process of its own: the rewrite holds the whole graph in protobuf and numpy (about 1.8 GB
+    at its peak here), memory a server or the tuner would otherwise keep as heap for the rest of its life."""
+    made = subprocess.run([sys.executable, "-m", "app.runtime.forms", form, str(source), digest, str(directory)],
+                          capture_output=True, text=True)
+    if made.returncode != 0 or not _complete(directory):
+        last = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1][:300]
+        raise RuntimeError(f"could not make model form {form}: {last}")
+    for line in made.stderr.strip().splitlines()[-2:]:
+        log.info("%s", line)
 
 
 def digest(form_path: Path) -> str | None:
@@ -163,3 +177,15 @@ def _make_dequant(source: Path, directory: Path) -> None:
 
 
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant}
+
+
+def main(argv: list[str]) -> int:
+    """``python -m app.runtime.forms FORM SOURCE SHA256 DIRECTORY``: make one form (run by `path`)."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    form, source, digest, directory = argv
+    _make(form, _MAKERS[form], Path(source), digest, Path(directory))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

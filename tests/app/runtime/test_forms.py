@@ -27,7 +27,14 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
         (directory / "model.bin").write_bytes(source.read_bytes()[:8])
 
     monkeypatch.setitem(forms._MAKERS, forms.IR, make)
+    in_process(monkeypatch)
     return calls
+
+
+def in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make forms in this process, so that a maker replaced here is the one that runs."""
+    monkeypatch.setattr(forms, "_make_isolated", lambda form, source, digest, directory: forms._make(
+        form, forms._MAKERS[form], source, digest, directory))
 
 
 def test_a_form_is_made_once_and_reused(tmp_path: Path, counting: list[Path]) -> None:
@@ -61,6 +68,7 @@ def test_a_failed_make_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
         raise RuntimeError("conversion failed")
 
     monkeypatch.setitem(forms._MAKERS, forms.IR, broken)
+    in_process(monkeypatch)
     source = tmp_path / "model.onnx"
     source.write_bytes(b"x")
     with pytest.raises(RuntimeError, match="conversion failed"):
