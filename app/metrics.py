@@ -27,6 +27,8 @@ class Metrics:
         self.transition_seconds = Histogram("tts_lifecycle_transition_seconds",
                                             "Duration of the work each lifecycle transition ends",
                                             ["target"], buckets=LATENCY_BUCKETS, registry=r)
+        self.send_timeouts = Counter("tts_send_timeouts", "Streamed responses aborted because the client "
+                                     "took no bytes for TTS_SEND_TIMEOUT_S", registry=r)
         self.memory_freed = Gauge("tts_lifecycle_last_release_freed_bytes",
                                   "Billable bytes freed by the last release", registry=r)
 
