@@ -48,7 +48,7 @@ class KeyGuard:
         if scope["type"] == "http":
             token = token_for(scope["path"], self.settings)
             if token and not bearer_matches(Headers(scope=scope).get("authorization", ""), token):
-                what = "/metrics" if token is not self.settings.api_key else "this endpoint"
+                what = "/metrics" if scope["path"] == "/metrics" else "this endpoint"
                 body = {"error": {"message": f"{what} needs 'Authorization: Bearer <token>'",
                                   "type": "authentication_error", "param": None, "code": "unauthorized"}}
                 response = JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})
