@@ -52,7 +52,7 @@ class _SnapshotCollector(Collector):
     def collect(self) -> Iterator[Any]:
         snap = self._snapshot()
         state = GaugeMetricFamily("tts_lifecycle_state", "1 for the current lifecycle state", labels=["state"])
-        for name in ("loading", "warm", "releasing", "released", "restoring", "failed"):
+        for name in ("loading", "warm", "releasing", "released", "restoring", "failed", "broken"):
             state.add_metric([name], 1.0 if snap["state"] == name else 0.0)
         yield state
         transitions = CounterMetricFamily("tts_lifecycle_transitions", "Lifecycle transitions", labels=["edge"])

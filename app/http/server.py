@@ -79,7 +79,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette
         else:
             built, shape = engine, shape_for(budget, settings.streams, settings.threads_per_stream)
         metrics = Metrics()
-        manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle)
+        manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle,
+                                   backoff_s=settings.recovery_backoff_s, max_failures=settings.recovery_attempts)
         metrics.watch(manager.snapshot)
         services = Services(settings, built, manager, metrics, budget, shape)
         await manager.start()
