@@ -91,7 +91,9 @@ class LifecycleManager:
     @property
     def alive(self) -> bool:
         """False once loads or restores have failed ``max_failures`` times in a row (for liveness)."""
-        return self.machine.state is not State.BROKEN
+        # The count, not the state: a retry from BROKEN passes through RESTORING, and liveness must not
+        # flap back to healthy for the length of an attempt that may fail again.
+        return not 0 < self.max_failures <= self.failures
 
     @property
     def in_flight(self) -> int:
@@ -170,7 +172,7 @@ class LifecycleManager:
         self._emit(self.machine.move(State.FAILED), 0.0, self.meter.read())
 
     async def _ensure_warm(self) -> None:
-        if self.machine.state is State.BROKEN:
+        if not self.alive:
             raise NotReady(f"inference state could not be built {self.failures} times in a row: {self.last_error}")
         async with self._lock:
             if self.machine.state is State.WARM:
