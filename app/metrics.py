@@ -27,6 +27,8 @@ class Metrics:
         self.transition_seconds = Histogram("tts_lifecycle_transition_seconds",
                                             "Duration of the work each lifecycle transition ends",
                                             ["target"], buckets=LATENCY_BUCKETS, registry=r)
+        self.send_timeouts = Counter("tts_send_timeouts", "Streamed responses aborted because the client "
+                                     "took no bytes for TTS_SEND_TIMEOUT_S", registry=r)
         self.memory_freed = Gauge("tts_lifecycle_last_release_freed_bytes",
                                   "Billable bytes freed by the last release", registry=r)
 
@@ -50,7 +52,7 @@ class _SnapshotCollector(Collector):
     def collect(self) -> Iterator[Any]:
         snap = self._snapshot()
         state = GaugeMetricFamily("tts_lifecycle_state", "1 for the current lifecycle state", labels=["state"])
-        for name in ("loading", "warm", "releasing", "released", "restoring", "failed"):
+        for name in ("loading", "warm", "releasing", "released", "restoring", "failed", "broken"):
             state.add_metric([name], 1.0 if snap["state"] == name else 0.0)
         yield state
         transitions = CounterMetricFamily("tts_lifecycle_transitions", "Lifecycle transitions", labels=["edge"])

@@ -19,6 +19,8 @@ PREFIX = "TTS_"
 BACKENDS = ("auto", "openvino", "onnxruntime")
 PRECISIONS = ("f32", "bf16", "f16")
 SCHEDULERS = ("deadline", "fifo")
+SECRETS = ("admin_token", "api_key", "metrics_token")
+"""Fields shown only as "set" or empty, never their values."""
 
 
 class SettingsError(ValueError):
@@ -123,7 +125,23 @@ class Settings:
     admin_token: str = ""
     """Bearer token for admin endpoints (manual release); empty disables them."""
     api_key: str = ""
-    """Bearer token required on the speech endpoints; empty means open."""
+    """Bearer token required on every endpoint but ``/healthz`` and ``/readyz``; empty means open."""
+    metrics_token: str = ""
+    """Bearer token for ``/metrics`` alone (a scraper need not hold the API key); empty means ``/metrics``
+    takes ``TTS_API_KEY`` like the other endpoints."""
+    send_timeout_s: float = 20.0
+    """Seconds a streamed response may wait for its client to take bytes before it is aborted: its
+    synthesis stops, its admission place is freed, and ``tts_send_timeouts_total`` counts it. The body
+    goes out in writes of at most 16 KiB and uvicorn waits once about 64 KiB are unsent, so a client is
+    cut when it accepts less than about 48 KiB in this time (a client that reads slowly but keeps reading
+    is not). 0 waits for ever."""
+    recovery_backoff_s: float = 2.0
+    """Seconds before the first background retry of a load or restore that failed; the wait doubles
+    after each failed retry, up to 60 s. Readiness comes back by itself when the cause was passing."""
+    recovery_attempts: int = 5
+    """Failed loads or restores in a row after which ``/healthz`` answers 503 (so the platform restarts
+    the container); the retries go on at the longest wait. With the defaults that is 2 + 4 + 8 + 16 = 30 s
+    of waits plus the five attempts themselves. 0 keeps ``/healthz`` at 200 however many fail."""
     shutdown_grace_s: float = 10.0
     """Seconds in-flight streams get to finish after SIGTERM."""
     log_level: str = "info"
@@ -162,6 +180,9 @@ class Settings:
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),
+            ("send_timeout_s", self.send_timeout_s >= 0, "0 (off) or more"),
+            ("recovery_backoff_s", self.recovery_backoff_s > 0, "positive"),
+            ("recovery_attempts", self.recovery_attempts >= 0, "0 (off) or more"),
             ("malloc_arenas", self.malloc_arenas >= 0, "0 (glibc default) or more"),
             ("model_sha256", self.model_sha256 == "" or _is_sha256(self.model_sha256), "64 hex digits or empty"),
         ]
@@ -188,7 +209,7 @@ class Settings:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.name in ("admin_token", "api_key"):
+            if f.name in SECRETS:
                 value = "set" if value else ""
             out[f.name] = str(value) if isinstance(value, Path) else value
         return out

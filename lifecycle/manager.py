@@ -10,6 +10,11 @@ Threads and tasks:
   for the release to finish, then restores.
 - The `Reclaimable`'s `release`/`restore` run in a worker thread so the loop keeps serving
   health checks and refusing overload while they run.
+- A load or restore that fails starts the recovery task (`_recover`), which retries under the same
+  lock after a wait that doubles from ``backoff_s`` up to `MAX_BACKOFF_S`, so readiness comes back
+  with no request to trigger it. After ``max_failures`` failures in a row the state is BROKEN:
+  `alive` turns False (liveness fails, the platform restarts the container) and requests are refused
+  at once; the retries go on at the longest wait, and one that succeeds makes it WARM again.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from lifecycle.protocol import Reclaimable
 from lifecycle.states import State, StateMachine, Transition
 
 log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 60.0
+"""The longest wait between background retries."""
 
 
 class NotReady(RuntimeError):
@@ -53,7 +61,8 @@ class Event:
 
 class LifecycleManager:
     def __init__(self, target: Reclaimable, *, quiet_window_s: float, meter: Meter | None = None,
-                 evict_files: bool = True, on_event: Callable[[Event], None] | None = None) -> None:
+                 evict_files: bool = True, on_event: Callable[[Event], None] | None = None,
+                 backoff_s: float = 2.0, max_failures: int = 5) -> None:
         self.target = target
         self.quiet_window_s = quiet_window_s
         self.meter = meter or Meter()
@@ -68,38 +77,45 @@ class LifecycleManager:
         self.last_release_s: float | None = None
         self.last_restore_parts: dict[str, float] = {}
         self.last_error: str | None = None
+        self.backoff_s = backoff_s
+        self.max_failures = max_failures
+        """Failures in a row after which the state is BROKEN; 0 never."""
+        self.failures = 0
+        """Loads and restores failed in a row (0 once one succeeds)."""
+        self._recovery: asyncio.Task[None] | None = None
 
     @property
     def state(self) -> State:
         return self.machine.state
 
     @property
+    def alive(self) -> bool:
+        """False once loads or restores have failed ``max_failures`` times in a row (for liveness)."""
+        # The count, not the state: a retry from BROKEN passes through RESTORING, and liveness must not
+        # flap back to healthy for the length of an attempt that may fail again.
+        return not 0 < self.max_failures <= self.failures
+
+    @property
     def in_flight(self) -> int:
         return self._in_flight
 
     async def start(self) -> None:
-        """LOADING → WARM (the first load), then watch for quiet windows."""
-        before = self.meter.read()
-        started = time.perf_counter()
-        try:
-            self.last_restore_parts = await anyio.to_thread.run_sync(self.target.restore)
-        except Exception as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            self._emit(self.machine.move(State.FAILED), time.perf_counter() - started, before)
-            raise
-        self._emit(self.machine.move(State.WARM), time.perf_counter() - started, before)
-        self._idle_since = time.monotonic()
+        """LOADING → WARM (the first load), then watch for quiet windows. A load that fails does not
+        raise: the state is FAILED (not ready) and the recovery task retries it in the background."""
         if self.quiet_window_s > 0:
             self._watcher = asyncio.create_task(self._watch(), name="lifecycle-watcher")
+        async with self._lock:
+            await self._restore_locked()
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            try:
-                await self._watcher
-            except asyncio.CancelledError:
-                pass
-            self._watcher = None
+        for task in (self._watcher, self._recovery):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        self._watcher = self._recovery = None
 
     @asynccontextmanager
     async def in_use(self) -> AsyncIterator[None]:
@@ -145,6 +161,7 @@ class LifecycleManager:
             "last_restore_parts": self.last_restore_parts,
             "last_release_s": self.last_release_s,
             "last_error": self.last_error,
+            "failures_in_a_row": self.failures,
             "memory": self.meter.read().as_dict(),
         }
 
@@ -155,23 +172,56 @@ class LifecycleManager:
         self._emit(self.machine.move(State.FAILED), 0.0, self.meter.read())
 
     async def _ensure_warm(self) -> None:
+        if not self.alive:
+            raise NotReady(f"inference state could not be built {self.failures} times in a row: {self.last_error}")
         async with self._lock:
             if self.machine.state is State.WARM:
                 return
             if self.machine.state is State.LOADING:
                 raise NotReady("the model is still loading")
-            before = self.meter.read()
+            if not await self._restore_locked():
+                raise NotReady(f"inference state could not be restored: {self.last_error}")
+
+    async def _restore_locked(self) -> bool:
+        """Build the state (the first load from LOADING, else through RESTORING); True if it is WARM.
+
+        A failure moves to FAILED, or BROKEN at ``max_failures`` in a row, and starts the recovery task."""
+        before = self.meter.read()
+        if self.machine.state is not State.LOADING:
             self.machine.move(State.RESTORING)
-            started = time.perf_counter()
-            try:
-                self.last_restore_parts = await anyio.to_thread.run_sync(self.target.restore)
-            except Exception as exc:
-                self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("restore failed")
-                self._emit(self.machine.move(State.FAILED), time.perf_counter() - started, before)
-                raise NotReady(f"inference state could not be restored: {self.last_error}") from exc
+        started = time.perf_counter()
+        try:
+            parts = await anyio.to_thread.run_sync(self.target.restore)
+        except Exception as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.exception("building the inference state failed (%d in a row)", self.failures)
+            broken = 0 < self.max_failures <= self.failures
+            if broken:
+                log.error("%d failures in a row: liveness now fails so the container is restarted", self.failures)
+            self._emit(self.machine.move(State.BROKEN if broken else State.FAILED), time.perf_counter() - started,
+                       before)
+            if self._recovery is None or self._recovery.done():
+                self._recovery = asyncio.create_task(self._recover(), name="lifecycle-recovery")
+            return False
+        self.last_restore_parts = parts
+        self.failures = 0
+        first = self.machine.state is State.LOADING
+        if not first:
             self.last_restore_s = time.perf_counter() - started
-            self._emit(self.machine.move(State.WARM), self.last_restore_s, before)
+        self._emit(self.machine.move(State.WARM), time.perf_counter() - started, before)
+        self._idle_since = time.monotonic()
+        return True
+
+    async def _recover(self) -> None:
+        """Retry a failed load or restore in the background until the state is built (see the module docstring)."""
+        while self.machine.state in (State.FAILED, State.BROKEN):
+            wait = min(MAX_BACKOFF_S, self.backoff_s * 2 ** max(0, self.failures - 1))
+            log.info("retrying in %.1f s (failure %d in a row)", wait, self.failures)
+            await asyncio.sleep(wait)
+            async with self._lock:
+                if self.machine.state in (State.FAILED, State.BROKEN):
+                    await self._restore_locked()  # a failure here sees this task running: no second one
 
     async def _release_locked(self) -> None:
         before = self.meter.read()

@@ -18,15 +18,18 @@ class State(enum.Enum):
     RELEASED = "released"
     RESTORING = "restoring"
     FAILED = "failed"
+    BROKEN = "broken"
+    """Failed too many times in a row: liveness fails so the platform restarts the container."""
 
 
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.LOADING: frozenset({State.WARM, State.FAILED}),
+    State.LOADING: frozenset({State.WARM, State.FAILED, State.BROKEN}),
     State.WARM: frozenset({State.RELEASING, State.FAILED}),  # failed: the state was lost (a crash)
     State.RELEASING: frozenset({State.RELEASED, State.FAILED}),
     State.RELEASED: frozenset({State.RESTORING}),
-    State.RESTORING: frozenset({State.WARM, State.FAILED}),
-    State.FAILED: frozenset({State.RESTORING}),  # the way back: the next request tries again
+    State.RESTORING: frozenset({State.WARM, State.FAILED, State.BROKEN}),  # broken: the Nth failure in a row
+    State.FAILED: frozenset({State.RESTORING}),  # the way back: a background retry, or the next request
+    State.BROKEN: frozenset({State.RESTORING}),  # background retries go on at the longest wait
 }
 
 

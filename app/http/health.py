@@ -1,4 +1,7 @@
-"""Probes: ``/healthz`` says the process is alive, ``/readyz`` that it can serve a request now."""
+"""Probes: ``/healthz`` says the process is alive, ``/readyz`` that it can serve a request now.
+
+``/healthz`` answers 503 once the inference state could not be built ``TTS_RECOVERY_ATTEMPTS`` times in a
+row (the lifecycle is BROKEN): a restart of the container is then the platform's best remedy."""
 
 from __future__ import annotations
 
@@ -14,7 +17,11 @@ READY = {State.WARM, State.RELEASED, State.RELEASING, State.RESTORING}
 
 
 async def healthz(request: Request) -> JSONResponse:
-    return JSONResponse({"status": "ok"})
+    lifecycle = services(request).lifecycle
+    if lifecycle.alive:
+        return JSONResponse({"status": "ok"})
+    body = {"status": "broken", "failures_in_a_row": lifecycle.failures, "last_error": lifecycle.last_error}
+    return JSONResponse(body, status_code=503)
 
 
 async def readyz(request: Request) -> JSONResponse:

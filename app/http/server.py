@@ -10,12 +10,14 @@ from typing import Any
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.engine import Engine
 from app.http import admin, catalog, health, speech, web
+from app.http.auth import KeyGuard
 from app.metrics import Metrics
 from app.services import Services, build_engine
 from app.settings import Settings
@@ -77,7 +79,8 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette
         else:
             built, shape = engine, shape_for(budget, settings.streams, settings.threads_per_stream)
         metrics = Metrics()
-        manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle)
+        manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle,
+                                   backoff_s=settings.recovery_backoff_s, max_failures=settings.recovery_attempts)
         metrics.watch(manager.snapshot)
         services = Services(settings, built, manager, metrics, budget, shape)
         await manager.start()
@@ -92,4 +95,5 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette
     handlers[HTTPException] = _http_error
     handlers[Exception] = _unexpected
     routes = speech.routes + catalog.routes + health.routes + admin.routes + web.routes
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                     middleware=[Middleware(KeyGuard, settings=settings)])

@@ -179,3 +179,79 @@ def test_hundreds_of_cycles_with_requests_landing_at_the_release_moment() -> Non
         await manager.stop()
 
     run(scenario())
+
+
+def test_a_failed_restore_is_retried_in_the_background_with_no_traffic() -> None:
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.01)
+        manager = LifecycleManager(holder, quiet_window_s=0, evict_files=False, backoff_s=0.1, max_failures=3)
+        await manager.start()
+        await manager.release()
+        holder.fail_restores = 2
+        with pytest.raises(NotReady):
+            async with manager.in_use():
+                pass
+        assert manager.state is State.FAILED and manager.alive
+        for _ in range(100):  # nothing but the recovery task: 0.1 s, then 0.2 s
+            await asyncio.sleep(0.02)
+            if manager.state is State.WARM:
+                break
+        assert manager.state is State.WARM and manager.alive and manager.failures == 0
+        assert manager.machine.counts["failed->restoring"] == 2
+        async with manager.in_use():
+            holder.use()
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_a_first_load_that_fails_does_not_raise_and_recovers() -> None:
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.01, fail_restores=1)
+        manager = LifecycleManager(holder, quiet_window_s=0, evict_files=False, backoff_s=0.05, max_failures=3)
+        await manager.start()
+        assert manager.state is State.FAILED
+        await asyncio.sleep(0.3)
+        assert manager.state is State.WARM and holder.restores == 1
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_failures_in_a_row_turn_liveness_off_and_a_later_success_turns_it_on() -> None:
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.01, fail_restores=10**6)
+        manager = LifecycleManager(holder, quiet_window_s=0, evict_files=False, backoff_s=0.05, max_failures=3)
+        await manager.start()
+        for _ in range(100):  # waits of 0.05 and 0.1 s, then the third failure
+            await asyncio.sleep(0.02)
+            if manager.state is State.BROKEN:
+                break
+        assert manager.state is State.BROKEN and not manager.alive and manager.failures == 3
+        with pytest.raises(NotReady, match="3 times in a row"):  # refused at once, no restore of its own
+            async with manager.in_use():
+                pass
+        holder.fail_restores = 0  # the cause passes: the retries, still going, bring it back
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            if manager.alive:
+                break
+        assert manager.state is State.WARM and manager.alive
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_stop_ends_the_retries() -> None:
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.01, fail_restores=10**6)
+        manager = LifecycleManager(holder, quiet_window_s=0, evict_files=False, backoff_s=0.05, max_failures=0)
+        await manager.start()
+        await asyncio.sleep(0.2)
+        assert manager.state is State.FAILED and manager.alive  # 0: liveness never turns off
+        await manager.stop()
+        tried = holder.fail_restores
+        await asyncio.sleep(0.2)
+        assert holder.fail_restores == tried
+
+    run(scenario())

@@ -3,7 +3,9 @@
 - speed 1.5: every inference fails (the first chunk fails: the error comes before the response starts);
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
 - speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
-Any other speed runs normally. The tests start it as ``python -m tests.reliability.faulty_app``.
+Any other speed runs normally. And a load (first load or restore) fails once each time the file named by
+``FAULT_LOAD_FAILS_FILE`` exists (the load deletes it), for the recovery tests.
+The tests start it as ``python -m tests.reliability.faulty_app``.
 The model runs in the inference process (`app.runtime.proxy`), so the faults are injected
 there: the server starts ``tests.reliability.faulty_inference`` instead, which imports this
 module for the patch. With ``TTS_INFERENCE_PROCESS=0`` the patch here applies in process.
@@ -11,11 +13,15 @@ module for the patch. With ``TTS_INFERENCE_PROCESS=0`` the patch here applies in
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+from app.runtime.backends.base import Resolved
 from app.runtime.backends.openvino import OpenVinoBackend
+from app.runtime.local import LocalRuntime
 from app.runtime.proxy import ProcessRuntime
 
 _real_infer = OpenVinoBackend.infer
@@ -29,7 +35,21 @@ def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, spe
     return _real_infer(self, slot, tokens, style, speed)
 
 
+def _failing_once(load: Any) -> Any:
+    def faulty_load(self: LocalRuntime) -> Resolved:
+        marker = os.environ.get("FAULT_LOAD_FAILS_FILE")
+        if marker and Path(marker).exists():
+            Path(marker).unlink()
+            raise RuntimeError("injected load fault")
+        result: Resolved = load(self)
+        return result
+
+    return faulty_load
+
+
 OpenVinoBackend.infer = _faulty_infer  # type: ignore[method-assign]
+LocalRuntime.load_primary = _failing_once(LocalRuntime.load_primary)  # type: ignore[method-assign]
+LocalRuntime.load_bridged = _failing_once(LocalRuntime.load_bridged)  # type: ignore[method-assign]
 ProcessRuntime.child_module = "tests.reliability.faulty_inference"
 
 if __name__ == "__main__":

@@ -148,10 +148,51 @@ def test_api_key_guards_speech_and_voices_not_probes(tmp_path: Path) -> None:
         assert client.get("/healthz").status_code == 200 and client.get("/readyz").status_code == 200
         # The API key is not the admin token.
         assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer k3y"}).status_code == 401
-        public = client.get("/v1/info").json()["settings"]
+        public = client.get("/v1/info", headers={"Authorization": "Bearer k3y"}).json()["settings"]
         assert public["api_key"] == public["admin_token"] == "set"  # never the secrets themselves
 
 
 def test_manual_release_is_off_without_an_admin_token(client: TestClient) -> None:
     release = client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer anything"})
     assert release.status_code == 404 and "TTS_ADMIN_TOKEN" in release.json()["error"]["message"]
+
+
+def test_api_key_guards_every_endpoint_but_the_probes(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, api_key="k3y", admin_token="4dmin", **SETTINGS)  # type: ignore[arg-type]
+    key = {"Authorization": "Bearer k3y"}
+    guarded = ["/v1/models", "/v1/info", "/metrics", "/v1/lifecycle", "/v1/audio/voices", "/no/such/path"]
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
+        for path in guarded:
+            refused = client.get(path)
+            assert refused.status_code == 401, path
+            assert refused.json()["error"]["type"] == "authentication_error" and set(refused.json()["error"]) == {
+                "message", "type", "param", "code"}
+            assert refused.headers["WWW-Authenticate"] == "Bearer"
+            assert client.get(path, headers={"Authorization": "Bearer k3z"}).status_code == 401, path
+            assert client.get(path, headers=key).status_code == (404 if path == "/no/such/path" else 200), path
+        for probe in ("/healthz", "/readyz"):
+            assert client.get(probe).status_code == 200
+        info = client.get("/v1/info", headers=key).text
+        assert "k3y" not in info and "4dmin" not in info  # no secret shown, even to a key holder
+        # The admin endpoint takes the admin token alone.
+        assert client.post("/v1/lifecycle/release", headers=key).status_code == 401
+        assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer 4dmin"}).status_code == 200
+
+
+def test_metrics_can_take_a_token_of_its_own(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, api_key="k3y", metrics_token="scr4pe", **SETTINGS)  # type: ignore[arg-type]
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
+        assert client.get("/metrics", headers={"Authorization": "Bearer scr4pe"}).status_code == 200
+        assert client.get("/metrics", headers={"Authorization": "Bearer k3y"}).status_code == 401
+        assert client.get("/metrics").status_code == 401
+        # The scraper's token opens nothing else.
+        assert client.get("/v1/info", headers={"Authorization": "Bearer scr4pe"}).status_code == 401
+        info = client.get("/v1/info", headers={"Authorization": "Bearer k3y"})
+        assert info.json()["settings"]["metrics_token"] == "set" and "scr4pe" not in info.text
+
+
+def test_metrics_token_alone_guards_only_metrics(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, metrics_token="scr4pe", **SETTINGS)  # type: ignore[arg-type]
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/v1/info").status_code == 200

@@ -1,0 +1,93 @@
+"""Recovery without traffic, on real servers: a restore that failed once comes back by itself, and a model
+that stays broken turns liveness off within the documented time (``TTS_RECOVERY_*``)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.server import free_port, launch
+from tests.conftest import ROOT, live_server
+
+TEXT = "Back again, with nobody asking."
+
+
+def post(url: str) -> httpx.Response:
+    return httpx.post(f"{url}/v1/audio/speech", timeout=120,
+                      json={"input": TEXT, "voice": "jf_alpha", "response_format": "pcm"})
+
+
+def test_a_restore_that_failed_once_is_ready_again_with_no_traffic(cache_dir: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "fail-next-load"
+    monkeypatch.setenv("FAULT_LOAD_FAILS_FILE", str(marker))  # inherited by the server and its inference process
+    # restore_bridge=0: the restore loads OpenVINO again, so its audio is the warm audio exactly.
+    with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0",
+                     restore_bridge="0", admin_token="t", recovery_backoff_s="1") as server:
+        expected = post(server.url)
+        assert expected.status_code == 200
+        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers={"Authorization": "Bearer t"},
+                          timeout=60).status_code == 200
+        marker.touch()
+        failed = post(server.url)
+        assert failed.status_code == 503 and "injected load fault" in failed.json()["error"]["message"]
+        assert not marker.exists()
+        started = time.monotonic()
+        while httpx.get(f"{server.url}/readyz", timeout=10).status_code != 200:  # no request in between
+            assert time.monotonic() - started < 30, "not ready again within 30 s"
+            time.sleep(0.2)
+        assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+        again = post(server.url)
+        assert again.status_code == 200 and again.content == expected.content
+        lifecycle = httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()
+        assert lifecycle["transitions"]["failed->restoring"] == 1 and lifecycle["failures_in_a_row"] == 0
+        assert "retrying in 1.0 s" in server.log()
+
+
+def test_a_model_file_that_stays_broken_turns_liveness_off_in_the_documented_time(tmp_path: Path) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"not an onnx model" * 1000)
+    backoff, attempts = 0.2, 3
+    waits = sum(backoff * 2 ** i for i in range(attempts - 1))  # as TTS_RECOVERY_ATTEMPTS documents it
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "server.log"
+    env = {"TTS_CACHE_DIR": str(tmp_path / "cache"), "TTS_MODEL_PATH": str(model), "TTS_BACKEND": "onnxruntime",
+           "TTS_RECOVERY_BACKOFF_S": str(backoff), "TTS_RECOVERY_ATTEMPTS": str(attempts), "TTS_QUIET_WINDOW_S": "0"}
+    process = launch(env, port, log_path, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the server starts (unready) in spite of the failed first load
+            assert process.poll() is None, log_path.read_text()
+            try:
+                first = httpx.get(f"{url}/healthz", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.1)
+        started = time.monotonic()
+        assert httpx.get(f"{url}/readyz", timeout=5).status_code == 503
+        status = first.status_code
+        while status == 200:
+            # Each attempt here fails in well under a second; 5 s each is a generous bound.
+            assert time.monotonic() - started < waits + attempts * 5, "liveness still 200"
+            time.sleep(0.05)
+            status = httpx.get(f"{url}/healthz", timeout=5).status_code
+        health = httpx.get(f"{url}/healthz", timeout=5)
+        assert health.status_code == 503 and health.json()["failures_in_a_row"] >= attempts
+        assert str(model) in health.json()["last_error"] or "model" in health.json()["last_error"].lower()
+        refused = post(url)
+        assert refused.status_code == 503 and refused.json()["error"]["type"] == "server_error"
+        assert process.poll() is None  # alive, unhealthy: the platform restarts it
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

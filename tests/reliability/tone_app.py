@@ -1,0 +1,26 @@
+"""``python -m app`` on the fake engine of `tests.app.http.fake` (a tone, made at once): real uvicorn, real
+sockets and the real response path, no model. For transport tests that need many megabytes of body fast: the
+kernel takes about 3 MB of a stalled loopback connection before a send waits, a minute of the model's audio.
+The tests start it as ``python -m tests.reliability.tone_app``."""
+
+from __future__ import annotations
+
+import sys
+
+import app.http.server
+from app.engine import Engine
+from app.settings import Settings
+from app.sizing import CpuBudget, PoolShape, shape_for
+from tests.app.http.fake import fake_engine
+
+
+def _build(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolShape]:
+    return fake_engine(settings), shape_for(budget, settings.streams or 1, settings.threads_per_stream)
+
+
+app.http.server.build_engine = _build  # type: ignore[assignment]
+
+if __name__ == "__main__":
+    from app.__main__ import main
+
+    sys.exit(main())
