@@ -61,6 +61,8 @@ class Job:
     items: tuple[str, ...] = ()
     """Utterance ids to use; empty means all."""
     precision: str = "f32"
+    tuned_dir: str = ""
+    """The tuner's manifest folder: the job then resolves the tuned choice (form included) as the server does."""
 
     def as_json(self) -> dict[str, Any]:
         return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
@@ -107,8 +109,10 @@ class _Work:
 
 def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     """Load, plan, synthesize every chunk; returns the figures and the audio per chunk."""
-    settings = Settings(backend=job.backend, precision=job.precision, streams=job.streams,
-                        threads_per_stream=job.threads_per_stream,
+    settings = Settings(backend="auto" if job.tuned_dir else job.backend, precision=job.precision,
+                        baked_cache_dir=Path(job.tuned_dir) if job.tuned_dir else None,
+                        streams=0 if job.tuned_dir else job.streams,
+                        threads_per_stream=0 if job.tuned_dir else job.threads_per_stream,
                         runtime_defaults=job.runtime_defaults, model_path=job.model_path,
                         compile_cache=job.compile_cache, cache_dir=job.cache_dir,
                         inference_process=False)  # CPU time is read from this process

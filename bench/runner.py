@@ -234,7 +234,7 @@ class Run:
         cache = self.server_cache if config.compile_cache else self.inprocess_cache
         return inprocess.Job(name=name, backend=config.backend, streams=config.streams,
                              threads_per_stream=config.threads_per_stream, runtime_defaults=config.runtime_defaults,
-                             precision=config.precision,
+                             precision=config.precision, tuned_dir=config.tuned_dir,
                              concurrency=CEILING_CONCURRENCY, model_path=self.model, cache_dir=cache,
                              compile_cache=config.compile_cache, corpus=self.o.corpus, items=self.o.items)
 
