@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -45,15 +46,25 @@ def cache_files(cache: Path) -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def windowed(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def private_cache(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache of this module's own (the assembled model copied, compiled afresh): the session's shared server
+    stays warm and keeps the shared compile-cache blob mapped, and a mapped file cannot leave the page cache."""
+    private = tmp_path_factory.mktemp("release-cache")
+    shutil.copytree(cache_dir / "models", private / "models")
+    return private
+
+
+@pytest.fixture(scope="module")
+def windowed(private_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """Quiet window of 3 s, OpenVINO only (no bridge), so restores are OpenVINO cache imports."""
-    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="3", restore_bridge="0",
+    with live_server(private_cache, tmp_path_factory.mktemp("logs"), quiet_window_s="3", restore_bridge="0",
                      admin_token="admin-secret") as s:
         yield s
 
 
 def test_release_after_the_window_frees_memory_and_page_cache_then_restores_same_audio(
-        windowed: LiveServer, cache_dir: Path) -> None:
+        windowed: LiveServer, private_cache: Path) -> None:
+    cache_dir = private_cache
     warm_audio = speak(windowed)
     warm = lifecycle(windowed)
     assert warm["state"] == "warm"
