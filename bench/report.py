@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,18 +78,19 @@ def _targets(derived: Mapping[str, Any]) -> str:
     return _table(["target", "measured", "limit", "result", "what is compared"], rows)
 
 
-def _levels(results: Mapping[str, Any]) -> str:
+def _per_level(results: Mapping[str, Any], cell: Callable[[Mapping[str, Any]], str]) -> str:
+    """One row per configuration, one column per client count, ``cell`` of each load level ("n/a" if none)."""
     clients = list(results["run"]["options"]["clients"])
     rows = []
     for name, record in results.get("configs", {}).items():
         by = {lv["clients"]: lv for lv in record.get("levels", [])}
-        cells = []
-        for c in clients:
-            lv = by.get(c)
-            cells.append("n/a" if lv is None else f"{_num(lv['efficiency'])} / {_num(lv['throughput'])}"
-                         + (f" ({lv['errors']} err)" if lv.get("errors") else ""))
-        rows.append([f"`{name}`", *cells])
+        rows.append([f"`{name}`", *["n/a" if by.get(c) is None else cell(by[c]) for c in clients]])
     return _table(["configuration", *[f"{c} clients" for c in clients]], rows)
+
+
+def _levels(results: Mapping[str, Any]) -> str:
+    return _per_level(results, lambda lv: f"{_num(lv['efficiency'])} / {_num(lv['throughput'])}"
+                      + (f" ({lv['errors']} err)" if lv.get("errors") else ""))
 
 
 def _first_audio(results: Mapping[str, Any], at: int) -> str:
@@ -106,17 +107,8 @@ def _first_audio(results: Mapping[str, Any], at: int) -> str:
 
 def latency(results: Mapping[str, Any]) -> str:
     """First audio p50 / p90 and stalls per audio-minute, per configuration and client count."""
-    clients = list(results["run"]["options"]["clients"])
-    rows = []
-    for name, record in results.get("configs", {}).items():
-        by = {lv["clients"]: lv for lv in record.get("levels", [])}
-        cells = []
-        for c in clients:
-            lv = by.get(c)
-            cells.append("n/a" if lv is None else f"{_num(lv['first_audio_p50'])} / {_num(lv['first_audio_p90'])}"
-                         f" / {_num(lv.get('stall_s_per_audio_min'))}")
-        rows.append([f"`{name}`", *cells])
-    return _table(["configuration", *[f"{c} clients" for c in clients]], rows)
+    return _per_level(results, lambda lv: f"{_num(lv['first_audio_p50'])} / {_num(lv['first_audio_p90'])}"
+                      f" / {_num(lv.get('stall_s_per_audio_min'))}")
 
 
 def _inprocess(results: Mapping[str, Any]) -> str:

@@ -3,8 +3,6 @@ that stays broken turns liveness off within the documented time (``TTS_RECOVERY_
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -12,7 +10,7 @@ import httpx
 import pytest
 
 from bench.server import free_port, launch
-from tests.conftest import ROOT, live_server
+from tests.conftest import ROOT, live_server, stop
 
 TEXT = "Back again, with nobody asking."
 
@@ -85,9 +83,4 @@ def test_a_model_file_that_stays_broken_turns_liveness_off_in_the_documented_tim
         assert refused.status_code == 503 and refused.json()["error"]["type"] == "server_error"
         assert process.poll() is None  # alive, unhealthy: the platform restarts it
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
