@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 
@@ -17,10 +18,8 @@ def collect_and_trim() -> bool:
     without the trim the RSS (and a metered bill) barely drops after a release.
     """
     gc.collect()
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        return bool(libc.malloc_trim(0))
+        return bool(_libc().malloc_trim(0))
     except (OSError, AttributeError):
         log.info("malloc_trim is not available (not glibc); freed memory stays with the allocator")
         return False
@@ -38,8 +37,13 @@ def limit_arenas(arenas: int) -> bool:
     """
     if arenas <= 0:
         return False
-    name = ctypes.util.find_library("c")
     try:
-        return bool(ctypes.CDLL(name or "libc.so.6").mallopt(M_ARENA_MAX, arenas))
+        return bool(_libc().mallopt(M_ARENA_MAX, arenas))
     except (OSError, AttributeError):
         return False
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    # find_library runs ``ldconfig -p`` (a subprocess) on every call: look the library up once per process.
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")

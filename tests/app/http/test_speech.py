@@ -87,13 +87,20 @@ def test_british_lang_code(client: TestClient) -> None:
     assert not np.array_equal(speak(client, "Tomato and water.", lang_code="b"), speak(client, "Tomato and water."))
 
 
+@pytest.fixture(scope="module")
+def longer_samples(client: TestClient) -> int:
+    """The exact length of LONGER's audio, synthesized once for every format (the same request is
+    bit-identical each time: test_same_request_same_audio_twice_and_under_concurrency)."""
+    return len(speak(client, LONGER, stream=False))
+
+
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus", "aac"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: TestClient, fmt: str,
-                                                                      stream: bool) -> None:
+def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: TestClient, longer_samples: int,
+                                                                      fmt: str, stream: bool) -> None:
     from tests.app.test_audio import EXACT, decode_with_ffmpeg, decode_with_soundfile
 
-    exact = len(speak(client, LONGER, stream=False))
+    exact = longer_samples
     response = client.post("/v1/audio/speech", json={"input": LONGER, "voice": "jf_alpha", "response_format": fmt,
                                                      "stream": stream})
     assert response.status_code == 200
