@@ -101,7 +101,7 @@ def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(ca
         assert client.post("/v1/audio/speech", json=body).status_code == 200
         parts = client.get("/v1/lifecycle").json()["last_restore_parts"]
         assert parts["warm_up_s"] > 0  # the bridge warmed before the waiting request was served
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # the primary loads beside other work on 2 shared vCPUs
         while client.get("/v1/info").json()["active_backend"] != "openvino":
             assert time.monotonic() < deadline, "the primary never took over from the bridge"
             time.sleep(0.2)

@@ -52,6 +52,17 @@ class Holder:
         assert self.loaded, "used while released"
 
 
+@pytest.fixture(autouse=True)
+def trims(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """A release's gc.collect + malloc_trim, counted instead of run: in a pytest process whose heap holds
+    earlier tests' models a collection takes ~0.2 s (40 s over the race test's releases, and enough for the
+    windows below to see RELEASING where they wait for RELEASED). What is tested is the lock and the windows;
+    the trim itself is tested live (tests/lifecycle/test_release_live.py)."""
+    calls: list[bool] = []
+    monkeypatch.setattr(manager_module.trim, "collect_and_trim", lambda: calls.append(True) or True)
+    return calls
+
+
 def run(coro: object) -> object:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
@@ -151,12 +162,8 @@ def test_manual_release_refuses_while_in_flight() -> None:
     run(scenario())
 
 
-def test_hundreds_of_cycles_with_requests_landing_at_the_release_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hundreds_of_cycles_with_requests_landing_at_the_release_moment(trims: list[bool]) -> None:
     """Requests race the watcher's release: none may see released state, none may be lost."""
-    # A full gc.collect per release costs ~0.2 s in a pytest process whose heap holds earlier tests' models
-    # (40 s over this test's releases); the race under test is the lock's, not the collector's.
-    trims: list[bool] = []
-    monkeypatch.setattr(manager_module.trim, "collect_and_trim", lambda: trims.append(True) or True)
 
     async def scenario() -> None:
         holder = Holder(restore_s=0.001)

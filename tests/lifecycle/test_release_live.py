@@ -140,7 +140,7 @@ def test_bridge_serves_the_first_request_then_openvino_takes_over(cache_dir: Pat
         bridged = speak(server)
         # ONNX Runtime on the same model: the same speech, within the output checks' tolerance.
         assert abs(len(bridged) - len(warm_audio)) < 0.1 * len(warm_audio)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # the primary loads beside other work on 2 shared vCPUs
         while httpx.get(f"{server.url}/v1/info").json()["active_backend"] != "openvino":
             assert time.monotonic() < deadline
             time.sleep(0.2)
