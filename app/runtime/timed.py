@@ -21,6 +21,7 @@ import json
 import logging
 import mmap
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,3 +142,16 @@ def _varint(value: int) -> bytes:
 def _stamp(path: Path) -> str:
     st = path.stat()
     return f"{path.resolve()} {st.st_size} {st.st_mtime_ns}"
+
+
+def main(argv: list[str]) -> int:
+    """``python -m app.runtime.timed MODEL DIRECTORY``: make the timed copy of MODEL in DIRECTORY (the image
+    build runs it, so the copy is compiled ahead of time) and print the file the server will run."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    model, directory = Path(argv[0]), Path(argv[1])
+    sys.stdout.write(f"{derive(model, directory) or model}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
