@@ -77,14 +77,18 @@ def test_the_server_runs_the_timed_copy_keyed_on_its_own_hash(model: Path, tmp_p
 
 def test_openvino_speaks_the_timed_copy_bit_identically(model: Path, tmp_path: Path) -> None:
     """The audio served does not change: OpenVINO on the timed copy against OpenVINO on the shipped graph."""
+    from app.runtime import compile_cache
     from app.runtime.backends.openvino import OpenVinoBackend
+    from app.services import served_model
+    from app.settings import Settings
     from app.sizing import PoolShape
 
-    copy = timed.derive(model, tmp_path)
-    assert copy is not None
+    # The copy the session's servers run, in their compile cache: imported where a server compiled it already.
+    copy, digest = served_model(Settings(cache_dir=model.parents[1]), model.parents[1])
+    cache, _ = compile_cache.choose(None, model.parents[1] / "openvino", copy, digest)
     shape = PoolShape(streams=1, threads_per_stream=1)
-    plain, with_durations = (OpenVinoBackend(p, shape, runtime_defaults=False, precision="f32", cache_dir=None)
-                             for p in (model, copy))
+    plain = OpenVinoBackend(model, shape, runtime_defaults=False, precision="f32", cache_dir=None)
+    with_durations = OpenVinoBackend(copy, shape, runtime_defaults=False, precision="f32", cache_dir=cache)
     plain.load()
     with_durations.load()
     vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("jf_alpha")
