@@ -72,6 +72,10 @@ def derive(model: Path, directory: Path) -> Path | None:
             out.write(fragment)
             out.flush()
             os.fsync(out.fileno())
+            # Nothing reads the source again (the runtimes load the copy): its pages would only sit in the
+            # page cache, which platforms that meter cgroup memory bill.
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(source.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
