@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app import silence
+from app import silence, timestamps
 from app.audio import SAMPLE_RATE
 from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
 from app.runtime.protocol import Runtime
 from app.runtime.tuning import EngineChoice
-from app.text import chunker
+from app.text import chunker, words
 from app.text.frontend import Frontend
 from app.text.vocab import Vocab
 from app.voices import Voice, VoiceBank
@@ -50,13 +50,26 @@ class Plan:
     speed: float
     chunks: tuple[str, ...]
     """Phoneme strings, each at most 510 tokens."""
+    words: tuple[tuple[words.Placed, ...], ...] = ()
+    """Per chunk, the words that start in it and their model tokens (`app.text.words`); empty when unknown."""
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """One chunk's audio, as it is sent, and when its words are heard."""
+
+    audio: npt.NDArray[np.float32]
+    words: tuple[timestamps.WordTime, ...] | None
+    """Seconds from the start of the response; None where the served model outputs no durations."""
 
 
 class Engine:
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
-                 release_frontend: bool, choice: EngineChoice | None = None) -> None:
+                 release_frontend: bool, choice: EngineChoice | None = None, timestamps: bool = False) -> None:
         self.runtime = runtime
+        self.timestamps = timestamps
+        """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
         self.choice = choice
         """Which form serves and why (`app.runtime.tuning`); None where the caller did not resolve one."""
         self.pool = pool
@@ -79,24 +92,36 @@ class Engine:
             raise InvalidInput(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}", param="speed")
         resolved = self.voices.resolve(voice)
         if phonemes:
-            phoneme_text = text
+            phoneme_text, spoken = text, words.of_phonemes(text)
         else:
             accent = lang or ("en-gb" if resolved.british else self.default_lang)
-            phoneme_text = self.frontend.phonemize(text, accent)
+            phoneme_text, spoken = self.frontend.phonemize_words(text, accent)
         chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens)
-        chunks = [c for c in chunks if self.vocab.ids(c)]
-        if not chunks:
+        placed = words.place(phoneme_text, spoken, chunks, self.vocab)
+        kept = [n for n, c in enumerate(chunks) if self.vocab.ids(c)]
+        if not kept:
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
-        return Plan(voice=resolved, speed=speed, chunks=tuple(chunks))
+        return Plan(voice=resolved, speed=speed, chunks=tuple(chunks[n] for n in kept),
+                    words=tuple(placed[n] for n in kept))
 
     async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
-        """Audio of each chunk in order; stops early if the consumer stops iterating.
+        """Audio of each chunk in order (`stream_timed` without the word timings)."""
+        spoken = self.stream_timed(plan)
+        try:
+            async for chunk in spoken:
+                yield chunk.audio
+        finally:
+            await spoken.aclose()
+
+    async def stream_timed(self, plan: Plan) -> AsyncGenerator[Spoken, None]:
+        """Audio of each chunk in order, with its words' times; stops early if the consumer stops iterating.
 
         The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
         moment this generator resumes is when that audio left: the playback clock starts there
         and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
         """
         last = len(plan.chunks) - 1
+        sent = 0
         with self.pool.playback() as clock:
             for index, phonemes in enumerate(plan.chunks):
                 ids = self.vocab.ids(phonemes)
@@ -104,21 +129,27 @@ class Engine:
                 style = plan.voice.style_for(len(ids))
                 # The pause a join keeps is spoken at the request's speed, like the model's own.
                 pause_s = None if index == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
-                audio = await self.pool.run(functools.partial(self._infer, tokens=tokens, style=style,
-                                                              speed=plan.speed, pause_s=pause_s),
-                                            clock=clock, tokens=len(ids), audio_s=_audio_s)
-                yield audio
+                audio, cut, durations = await self.pool.run(
+                    functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
+                    clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]))
+                heard = None if durations is None else tuple(timestamps.word_times(
+                    plan.words[index] if plan.words else (), durations, cut=cut, kept=len(audio), offset=sent))
+                yield Spoken(audio, heard)
+                sent += len(audio)
                 clock.sent(_audio_s(audio))
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
-               speed: float, pause_s: float | None) -> npt.NDArray[np.float32]:
+               speed: float, pause_s: float | None
+               ) -> tuple[npt.NDArray[np.float32], int, npt.NDArray[np.int64] | None]:
+        """The chunk's trimmed audio, the samples the trim cut from its front, and its durations (if any)."""
         try:
-            audio = self.runtime.infer(slot, tokens, style, speed)
+            done = self.runtime.infer_timed(slot, tokens, style, speed)
         except Exception as exc:  # a runtime error fails this request only; the slot stays usable
             log.exception("inference failed on slot %d", slot)
             raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
         # Here, in the worker thread, not on the event loop: it scans every sample.
-        return silence.trim(audio, pause_s=pause_s)
+        audio, cut = silence.trim_at(done.audio, pause_s=pause_s)
+        return audio, cut, done.durations
 
     # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
 

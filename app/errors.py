@@ -62,6 +62,12 @@ class Disabled(ServiceError):
     code = "disabled"
 
 
+class NoTimestamps(ServiceError):
+    """Word timestamps were asked for, and the served model does not output the durations they need."""
+
+    code = "timestamps_unavailable"
+
+
 class InferenceFailed(ServiceError):
     """The runtime raised during one inference; only that request fails."""
 

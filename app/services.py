@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from app.engine import Engine
 from app.metrics import Metrics
 from app.pool import StreamPool
-from app.runtime import cachedir, forms, modelfile, tuning
+from app.runtime import cachedir, forms, modelfile, timed, tuning
 from app.runtime.local import WarmUp
 from app.runtime.protocol import Runtime
 from app.runtime.proxy import ProcessRuntime
@@ -43,12 +44,10 @@ class Services:
 def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolShape]:
     """Resolve the model and voices and wire the engine; loads nothing heavy yet (blocking I/O)."""
     writable = cachedir.writable(settings.cache_dir)
-    # A read-only cache directory may still hold an assembled model: use it rather than assemble another.
-    models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
-    model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
-    digest = "" if settings.backend != "auto" else (
-        modelfile.expected_sha256() if settings.model_path is None else
-        settings.model_sha256 or modelfile.sha256_of(model_path))
+    model_path, digest = served_model(settings, writable)
+    timestamps = timed.digest(model_path) is not None
+    if settings.backend == "auto" and not digest:
+        digest = modelfile.sha256_of(model_path)
     settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
     source_path = model_path
     model_path = forms.path(choice.form, model_path, writable, digest,
@@ -71,10 +70,27 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     engine = Engine(runtime, pool, frontend, voices, vocab,
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend,
-                    choice=choice)
+                    choice=choice, timestamps=timestamps)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape
+
+
+def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:
+    """The ONNX file the server runs, and its sha256 (the key of its tuning, forms and compile cache) where it is
+    known without hashing the file (else ``""``: a user's model without ``TTS_MODEL_SHA256``).
+
+    That is the timed copy of the model (`app.runtime.timed`: the same graph with its per-token durations as a
+    second output, for word timestamps) wherever the model has the known duration tensor, else the model
+    itself. A copy already made next to the model or in the configured cache directory (the image's, read-only)
+    is used from there; else it is made once in the writable cache directory. The tuner resolves the same file.
+    """
+    models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
+    source = modelfile.resolve(settings.model_path, models, settings.model_sha256)
+    copy = timed.find(source, list(dict.fromkeys([source.parent, *models])), writable / "models")
+    if copy is not None:
+        return copy, timed.digest(copy) or ""
+    return source, modelfile.expected_sha256() if settings.model_path is None else settings.model_sha256.lower()
 
 
 WARM_UP_PHONEMES = "wˈɔɹm ˈʌp ðə stɹˈim."

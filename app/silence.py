@@ -36,9 +36,14 @@ def boundary(phonemes: str) -> str:
 def trim(audio: npt.NDArray[np.float32], *, pause_s: float | None) -> npt.NDArray[np.float32]:
     """``audio`` with its leading silence cut to `LEAD_S` and, unless ``pause_s`` is None (the end of
     a response), its trailing silence cut to ``pause_s``. Audio with no sound at all is returned as is."""
+    return trim_at(audio, pause_s=pause_s)[0]
+
+
+def trim_at(audio: npt.NDArray[np.float32], *, pause_s: float | None) -> tuple[npt.NDArray[np.float32], int]:
+    """`trim`, and how many samples it cut from the front (word timestamps are shifted by that)."""
     loud = np.flatnonzero(np.abs(audio) > QUIET)
     if loud.size == 0:
-        return audio
+        return audio, 0
     start = max(0, int(loud[0]) - round(LEAD_S * SAMPLE_RATE))
     end = len(audio) if pause_s is None else min(len(audio), int(loud[-1]) + 1 + round(pause_s * SAMPLE_RATE))
     out = np.array(audio[start:end], dtype=np.float32)
@@ -47,4 +52,4 @@ def trim(audio: npt.NDArray[np.float32], *, pause_s: float | None) -> npt.NDArra
         out[:fade] *= np.linspace(0.0, 1.0, fade, dtype=np.float32)
     if end < len(audio) and fade:
         out[-fade:] *= np.linspace(1.0, 0.0, fade, dtype=np.float32)
-    return out
+    return out, start

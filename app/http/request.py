@@ -32,6 +32,8 @@ class SpeechRequest:
     """One of `STREAM_FORMATS`; ``sse`` always streams, whatever ``stream`` says."""
     instructions: str = ""
     """OpenAI's voice instructions: accepted so that its clients work, but Kokoro cannot follow them."""
+    return_timestamps: bool = True
+    """Kokoro-FastAPI's: whether ``/dev/captioned_speech`` times the words (the speech endpoint ignores it)."""
 
     @classmethod
     def from_body(cls, raw: bytes, *, max_input_chars: int, default_voice: str) -> SpeechRequest:
@@ -81,6 +83,7 @@ class SpeechRequest:
             phonemes=input_format == "phonemes",
             stream_format=stream_format,
             instructions=instructions,
+            return_timestamps=_get(body, "return_timestamps", bool, True),
         )
 
 

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.engine import Engine
-from app.http import admin, catalog, health, speech, web
+from app.http import admin, captioned, catalog, health, speech, web
 from app.http.auth import KeyGuard
 from app.metrics import Metrics
 from app.services import Services, build_engine
@@ -38,6 +38,7 @@ STATUS: list[tuple[type[Exception], int, str]] = [
     (errors.Unavailable, 503, "server_error"),
     (NotReady, 503, "server_error"),
     (errors.InferenceFailed, 500, "server_error"),
+    (errors.NoTimestamps, 501, "invalid_request_error"),
 ]
 
 
@@ -94,6 +95,6 @@ def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette
     handlers: dict[Any, Any] = {cls: _domain_error for cls, _, _ in STATUS}
     handlers[HTTPException] = _http_error
     handlers[Exception] = _unexpected
-    routes = speech.routes + catalog.routes + health.routes + admin.routes + web.routes
+    routes = speech.routes + captioned.routes + catalog.routes + health.routes + admin.routes + web.routes
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                      middleware=[Middleware(KeyGuard, settings=settings)])

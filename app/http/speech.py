@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -27,11 +28,13 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from app import audio
-from app.errors import InputTooLarge, Unavailable
+from app.engine import Plan, Spoken
+from app.errors import InputTooLarge, InvalidInput, NoTimestamps, Unavailable
 from app.http.common import require_bearer, services
 from app.http.progress import Progress
 from app.http.request import SpeechRequest
 from app.services import Services, default_voice
+from app.timestamps import WordTime
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +136,26 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-async def create_speech(request: Request) -> Response:
+@dataclass
+class Started:
+    """A request admitted, planned and with its first chunk synthesized: what a response is made of.
+
+    ``stack`` holds the admission place, the lifecycle hold and the rest of the synthesis; whoever sends the
+    response closes it (`pieces` does, at the end of the body)."""
+
+    svc: Services
+    speech: SpeechRequest
+    plan: Plan
+    first: Spoken
+    rest: AsyncIterator[Spoken]
+    stack: AsyncExitStack
+    arrived: float
+
+
+async def start(request: Request, *, captioned: bool = False) -> Started:
+    """Read and check the body, admit it, restore if released, plan and synthesize the first chunk; every
+    error up to here is a clean 4xx/5xx. ``captioned``: the request is for word timestamps
+    (`app.http.captioned`): 501 where the model gives none."""
     arrived = time.perf_counter()
     svc = services(request)
     settings = svc.settings
@@ -144,6 +166,13 @@ async def create_speech(request: Request) -> Response:
     raw = await _read_body(request, settings.max_input_chars * 4 + BODY_OVERHEAD)
     speech = SpeechRequest.from_body(raw, max_input_chars=settings.max_input_chars,
                                      default_voice=default_voice(settings, svc.engine.voices))
+    if captioned and speech.stream_format != "audio":
+        raise InvalidInput("captioned speech streams NDJSON (with 'stream'); 'stream_format' does not apply here",
+                           param="stream_format")
+    if captioned and speech.return_timestamps and not svc.engine.timestamps:
+        raise NoTimestamps("word timestamps need a model that outputs its per-token durations; the model this "
+                           "server runs (TTS_MODEL_PATH) has no duration tensor this server knows, so it can speak "
+                           "(POST /v1/audio/speech) but not time its words")
     stack = AsyncExitStack()
     try:
         stack.enter_context(svc.pool.admit())
@@ -151,59 +180,72 @@ async def create_speech(request: Request) -> Response:
         plan = await anyio.to_thread.run_sync(
             lambda: svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang,
                                     phonemes=speech.phonemes))
-        chunks = svc.engine.stream(plan)
+        chunks = svc.engine.stream_timed(plan)
         stack.push_async_callback(chunks.aclose)
         first = await chunks.__anext__()
     except BaseException:
         svc.metrics.requests.labels("refused").inc()
         await stack.aclose()
         raise
+    return Started(svc, speech, plan, first, chunks, stack, arrived)
+
+
+async def create_speech(request: Request) -> Response:
+    started = await start(request)
+    svc, speech, first, chunks, stack, arrived = (started.svc, started.speech, started.first, started.rest,
+                                                  started.stack, started.arrived)
     whole = not speech.stream or speech.response_format not in audio.PROGRESSIVE
     if speech.stream_format == "audio" and whole:
         # FLAC is not progressive: sent whole with exact headers and a Content-Length (see app.audio).
         # In SSE, whatever `stream` says, events stream (a non-progressive format in one delta).
         try:
-            rest = [c async for c in chunks]
+            rest = [c.audio async for c in chunks]
         finally:
             await stack.aclose()
-        _observe(svc, arrived, [first, *rest], first_audio_s=time.perf_counter() - arrived)
-        body = audio.whole(speech.response_format, [first, *rest])
+        observe(svc, arrived, [first.audio, *rest], first_audio_s=time.perf_counter() - arrived)
+        body = audio.whole(speech.response_format, [first.audio, *rest])
         return Response(body, media_type=audio.FORMATS[speech.response_format])
     encoder = audio.Encoder(speech.response_format, streaming=True)
     produced: list[int] = []
-    encoded = _encoded(svc, stack, encoder, first, chunks, arrived, produced)
+    encoded = pieces(started, encoder, produced)
     headers = {"X-Accel-Buffering": "no", "Cache-Control": "no-store"}
-    stream, media_type = encoded, encoder.media_type
     if speech.stream_format == "sse":
-        tokens = sum(len(svc.engine.vocab.ids(c)) for c in plan.chunks)
+        tokens = sum(len(svc.engine.vocab.ids(c)) for c in started.plan.chunks)
         stream, media_type = _events(encoded, tokens, produced), "text/event-stream"
+    else:
+        stream, media_type = _bytes(encoded), encoder.media_type
+    return streaming_response(svc, stream, media_type, headers)
+
+
+def streaming_response(svc: Services, stream: AsyncIterator[bytes], media_type: str,
+                       headers: dict[str, str]) -> Response:
     return _ClosingStreamingResponse(stream, media_type=media_type, headers=headers,
-                                     send_timeout_s=settings.send_timeout_s,
+                                     send_timeout_s=svc.settings.send_timeout_s,
                                      on_send_timeout=svc.metrics.send_timeouts.inc)
 
 
-async def _encoded(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder, first: npt.NDArray[np.float32],
-                   chunks: AsyncIterator[npt.NDArray[np.float32]], arrived: float,
-                   produced: list[int]) -> AsyncIterator[bytes]:
-    """The encoded audio, chunk by chunk (never an empty piece); frees the request's hold at the end.
+Piece = tuple[bytes, tuple[WordTime, ...] | None]
+"""A chunk's encoded bytes (possibly none yet: the codec may hold them) and its words' times."""
+
+
+async def pieces(started: Started, encoder: audio.Encoder, produced: list[int]) -> AsyncIterator[Piece]:
+    """The encoded audio, chunk by chunk, then what the encoder held back (with no words); frees the
+    request's hold at the end.
 
     ``produced`` receives each chunk's number of samples as it is encoded.
     """
-    produced.append(len(first))
+    svc, first, chunks, stack, arrived = started.svc, started.first, started.rest, started.stack, started.arrived
+    produced.append(len(first.audio))
     complete = False
     try:
-        data = encoder.encode(first)
-        if data:
-            yield data
+        yield encoder.encode(first.audio), first.words
         svc.metrics.first_audio.observe(time.perf_counter() - arrived)
-        async for samples in chunks:
-            produced.append(len(samples))
-            data = encoder.encode(samples)
-            if data:
-                yield data
+        async for spoken in chunks:
+            produced.append(len(spoken.audio))
+            yield encoder.encode(spoken.audio), spoken.words
         tail = encoder.finish()
         if tail:
-            yield tail
+            yield tail, None
         complete = True
     finally:
         await stack.aclose()
@@ -213,23 +255,45 @@ async def _encoded(svc: Services, stack: AsyncExitStack, encoder: audio.Encoder,
             svc.metrics.request_seconds.observe(time.perf_counter() - arrived)
 
 
+async def _bytes(encoded: AsyncIterator[Piece]) -> AsyncIterator[bytes]:
+    """The audio alone, never an empty piece."""
+    try:
+        async for data, _ in encoded:
+            if data:
+                yield data
+    finally:
+        await close(encoded)
+
+
+async def close(iterator: AsyncIterator[Any]) -> None:
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
 FRAME_SAMPLES = 600
 """Kokoro's duration unit (25 ms): what ``usage.output_tokens`` counts."""
 
+WORDS_EVENT = "speech.audio.timestamps"
+"""Our event (not OpenAI's): the words of the audio sent so far, when they are heard."""
 
-async def _events(encoded: AsyncIterator[bytes], input_tokens: int, produced: list[int]) -> AsyncIterator[bytes]:
-    """OpenAI's speech events: ``speech.audio.delta`` per piece of audio, then ``speech.audio.done``.
+
+async def _events(encoded: AsyncIterator[Piece], input_tokens: int, produced: list[int]) -> AsyncIterator[bytes]:
+    """OpenAI's speech events: ``speech.audio.delta`` per piece of audio, then ``speech.audio.done``; after
+    each chunk's delta, where the model gives word timings, a `WORDS_EVENT` with that chunk's words (a
+    client that does not know the type skips it, as OpenAI's own clients do).
 
     ``usage`` counts phoneme tokens in and 25 ms audio frames out (Kokoro's own units; OpenAI's
     are its model's tokens, which Kokoro has none of).
     """
     try:
-        async for data in encoded:
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+        async for data, words in encoded:
+            if data:
+                yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+            if words:
+                yield _event({"type": WORDS_EVENT, "timestamps": [w.public() for w in words]})
     finally:
-        close = getattr(encoded, "aclose", None)
-        if close is not None:
-            await close()
+        await close(encoded)
     output_tokens = -(-sum(produced) // FRAME_SAMPLES)
     yield _event({"type": "speech.audio.done", "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
                                                          "total_tokens": input_tokens + output_tokens}})
@@ -239,7 +303,7 @@ def _event(payload: dict[str, object]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _observe(svc: Services, arrived: float, chunks: list[npt.NDArray[np.float32]], first_audio_s: float) -> None:
+def observe(svc: Services, arrived: float, chunks: list[npt.NDArray[np.float32]], first_audio_s: float) -> None:
     svc.metrics.requests.labels("ok").inc()
     svc.metrics.audio_seconds.inc(sum(len(c) for c in chunks) / audio.SAMPLE_RATE)
     svc.metrics.first_audio.observe(first_audio_s)

@@ -79,11 +79,11 @@ class InferenceLoop:
 
     def _infer(self, request: messages.Infer) -> None:
         try:
-            audio, backend = self.runtime.infer_named(request.slot, request.tokens, request.style, request.speed)
+            done, backend = self.runtime.infer_named(request.slot, request.tokens, request.style, request.speed)
         except Exception as exc:  # reported to the request that asked; the process serves on
             self.send(messages.Failed(request.ident, f"{type(exc).__name__}: {exc}"))
             return
-        self.send(messages.Audio(request.ident, audio, backend))
+        self.send(messages.Audio(request.ident, done.audio, backend, done.durations))
 
 
 def main(argv: list[str]) -> int:

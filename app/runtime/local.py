@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime.backends.base import Backend, Resolved
+from app.runtime.backends.base import Backend, Inference, Resolved
 
 log = logging.getLogger(__name__)
 
@@ -154,18 +154,22 @@ class LocalRuntime:
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
+        return self.infer_named(slot, tokens, style, speed)[0].audio
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
         return self.infer_named(slot, tokens, style, speed)[0]
 
     def infer_named(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
-                    speed: float) -> tuple[npt.NDArray[np.float32], str]:
-        """The audio, and the name of the backend that made it."""
+                    speed: float) -> tuple[Inference, str]:
+        """The inference's outputs, and the name of the backend that made them."""
         with self._lock:
             backend = self._active
             if backend is None:
                 raise RuntimeError("no backend is loaded")
             self._users[id(backend)] += 1
         try:
-            return backend.infer(slot, tokens, style, speed), backend.name
+            return backend.infer_timed(slot, tokens, style, speed), backend.name
         finally:
             with self._lock:
                 self._users[id(backend)] -= 1

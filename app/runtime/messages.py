@@ -69,6 +69,8 @@ class Audio:
     audio: npt.NDArray[np.float32]
     backend: str
     """The backend that made it (the bridge or the primary)."""
+    durations: npt.NDArray[np.int64] | None = None
+    """Frames per input token, where the model outputs them (`app.runtime.backends.base.Inference`)."""
 
 
 @dataclass(frozen=True)

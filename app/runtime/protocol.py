@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime.backends.base import Resolved
+from app.runtime.backends.base import Inference, Resolved
 
 
 class Runtime(Protocol):
@@ -56,6 +56,11 @@ class Runtime(Protocol):
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
         """One inference on ``slot``; a fresh array the caller owns."""
+        ...
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        """`infer`, with the per-token durations where the served model outputs them."""
         ...
 
     def intact(self) -> bool:

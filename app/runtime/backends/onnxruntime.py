@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime import cpu
-from app.runtime.backends.base import Resolved, package_dirs
+from app.runtime import cpu, timed
+from app.runtime.backends.base import Inference, Resolved, package_dirs
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ class OnnxRuntimeBackend:
         """One session shared by all slots, with all the budget's threads (opens N times faster)."""
         self._optimized_dir = optimized_dir
         self._sessions: list[Any] = []
+        self._outputs: list[str] = ["audio"]
+        """What each inference fetches: the audio, and the durations where the model outputs them."""
 
     @property
     def loaded(self) -> bool:
@@ -61,6 +63,9 @@ class OnnxRuntimeBackend:
         else:
             self._sessions = [self._sized_session(ort) for _ in range(self._shape.streams)]
             streams, threads = self._shape.streams, self._shape.threads
+        # A timed model (app.runtime.timed) has the durations as its second output.
+        names = [o.name for o in self._sessions[0].get_outputs()]
+        self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]
         return Resolved(
             backend=self.name, slots=len(self._sessions), streams=streams, threads=threads, precision="f32",
             load_s=time.perf_counter() - start, from_cache=None, extra={"onnxruntime": ort.__version__},
@@ -115,9 +120,14 @@ class OnnxRuntimeBackend:
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
+        return self.infer_timed(slot, tokens, style, speed).audio
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
         feed = {"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)}
-        (audio,) = self._sessions[slot].run(["audio"], feed)
-        return np.asarray(audio, dtype=np.float32).reshape(-1)
+        found = self._sessions[slot].run(self._outputs, feed)
+        durations = np.asarray(found[1], dtype=np.int64).reshape(-1) if len(found) > 1 else None
+        return Inference(np.asarray(found[0], dtype=np.float32).reshape(-1), durations)
 
     def files(self) -> list[Path]:
         found = [self._model_path]

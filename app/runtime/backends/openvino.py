@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime.backends.base import Resolved, package_dirs
+from app.runtime import timed
+from app.runtime.backends.base import Inference, Resolved, package_dirs
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ class OpenVinoBackend:
         self._core: Any = None
         self._compiled: Any = None
         self._requests: list[Any] = []
+        self._timed = False
+        """Whether the model outputs the per-token durations (its second output, `app.runtime.timed`)."""
 
     @property
     def loaded(self) -> bool:
@@ -66,6 +69,7 @@ class OpenVinoBackend:
         slots = self._shape.streams if self._runtime_defaults else streams
         self._requests = [compiled.create_infer_request() for _ in range(slots)]
         self._core, self._compiled = core, compiled
+        self._timed = len(compiled.outputs) > 1 and any(timed.is_duration_output(n) for n in compiled.outputs[1].names)
         from_cache = bool(_property(compiled, "LOADED_FROM_CACHE", False))
         if not from_cache and had_blobs:
             log.warning("the compile cache in %s held blobs but none could be imported (damaged, unreadable or "
@@ -115,10 +119,17 @@ class OpenVinoBackend:
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
+        return self.infer_timed(slot, tokens, style, speed).audio
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
         request = self._requests[slot]
         request.infer({"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)})
-        # The output tensor is the request's own buffer, reused by its next inference: copy it.
-        return np.array(request.get_output_tensor(0).data, dtype=np.float32).reshape(-1)
+        # The output tensors are the request's own buffers, reused by its next inference: copy them.
+        audio = np.array(request.get_output_tensor(0).data, dtype=np.float32).reshape(-1)
+        durations = (np.array(request.get_output_tensor(1).data, dtype=np.int64).reshape(-1) if self._timed
+                     else None)
+        return Inference(audio, durations)
 
     def files(self) -> list[Path]:
         found = [self._model_path]

@@ -12,8 +12,9 @@ import numpy.typing as npt
 
 from app.engine import Engine
 from app.pool import StreamPool
-from app.runtime.backends.base import Resolved
+from app.runtime.backends.base import Inference, Resolved
 from app.settings import Settings
+from app.text import words
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
 
@@ -34,6 +35,8 @@ class FakeRuntime:
         self.started = threading.Event()
         """Set when an inference begins (so a test knows a request holds its slot)."""
         self._loaded = False
+        self.timed = True
+        """Whether it returns durations, as a timed model does (`app.runtime.timed`)."""
 
     @property
     def loaded(self) -> bool:
@@ -58,6 +61,11 @@ class FakeRuntime:
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
+        return self.infer_timed(slot, tokens, style, speed).audio
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        """The tone, and (with ``timed``) one 25 ms frame per token as its durations, none for the pads."""
         self.started.set()
         if self.gate is not None:
             self.gate.wait(30)
@@ -65,7 +73,9 @@ class FakeRuntime:
             raise RuntimeError("injected fault")
         self.served["fake"] += 1
         n = (tokens.shape[1] - 2) * SAMPLES_PER_TOKEN
-        return (0.3 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32)
+        audio = (0.3 * np.sin(np.arange(n, dtype=np.float32) * 0.05)).astype(np.float32)
+        durations = np.array([0] + [1] * (tokens.shape[1] - 2) + [0], dtype=np.int64) if self.timed else None
+        return Inference(audio, durations)
 
     def intact(self) -> bool:
         return True
@@ -96,12 +106,19 @@ class FakeFrontend:
     def phonemize(self, text: str, lang: str) -> str:
         return " ".join(text.split())
 
+    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+        phonemes = self.phonemize(text, lang)
+        return phonemes, words.of_phonemes(phonemes)
 
-def fake_engine(settings: Settings, *, queue: int | None = None) -> Engine:
-    """The engine `app.services.build_engine` would wire, on the fakes (``queue``: as TTS_QUEUE_SIZE, but 0 means 0)."""
+
+def fake_engine(settings: Settings, *, queue: int | None = None, timed: bool = True) -> Engine:
+    """The engine `app.services.build_engine` would wire, on the fakes (``queue``: as TTS_QUEUE_SIZE, but 0 means 0;
+    ``timed``: whether the model gives word timestamps)."""
     streams = settings.streams or 1
     queue = settings.queue_size or 2 * streams if queue is None else queue
-    return Engine(FakeRuntime(streams), StreamPool(streams, queue), FakeFrontend(),  # type: ignore[arg-type]
+    runtime = FakeRuntime(streams)
+    runtime.timed = timed
+    return Engine(runtime, StreamPool(streams, queue), FakeFrontend(),  # type: ignore[arg-type]
                   VoiceBank.load(None), Vocab.embedded(), default_lang=settings.lang,
                   first_chunk_tokens=settings.first_chunk_tokens, max_chunk_tokens=settings.max_chunk_tokens,
-                  release_frontend=settings.release_frontend)
+                  release_frontend=settings.release_frontend, timestamps=timed)

@@ -35,6 +35,7 @@ def test_the_page_is_served_from_the_package_and_fetches_nothing_elsewhere(clien
     assert "default-src 'self'" in policy and "connect-src 'self'" in policy
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", response.text)  # no CDN, no other origin
     assert "/v1/audio/speech" in response.text and "/v1/audio/voices" in response.text
+    assert "speech.audio.timestamps" in response.text  # it shows the word timings the SSE stream carries
 
 
 def test_the_voice_list_carries_the_aliases_the_page_offers(client: TestClient) -> None:
@@ -98,8 +99,15 @@ def test_chromium_speaks_and_plays_the_stream(chromium: Any, server: LiveServer,
         wait_until(page, "['received', 'failed'].includes(window.ttsState.status)", 120)
         wait_until(page, "window.ttsState.error !== null || window.ttsState.playedS > 0.5", 30)
         state = page.evaluate("window.ttsState")
+        shown = page.evaluate("document.querySelectorAll('#words span').length")
     finally:
         page.close()
     assert state["error"] is None and errors == []
     assert state["mode"] == mode and state["bytes"] > 10_000 and state["firstByteMs"] is not None
+    # The word timings arrived (SSE events after each chunk's audio) and are shown, in order, in the audio.
+    heard = state["words"]
+    assert [w["word"] for w in heard] == ["Hello", "from", "the", "browser", "The", "second", "sentence", "streams",
+                                          "after", "the", "first"]
+    assert all(a["start_time"] <= a["end_time"] <= b["start_time"] for a, b in zip(heard[:-1], heard[1:], strict=True))
+    assert shown == len(heard)
     assert all(url.startswith(server.url) or url.startswith("blob:") for url in requested), requested

@@ -58,6 +58,50 @@ def test_the_copy_is_made_once_and_remade_when_the_source_changes(model: Path, t
     again = timed.derive(source, tmp_path / "out")
     assert again == first and first.stat().st_mtime_ns != made
     assert modelfile.sha256_of(first) != modelfile.sha256_of(source)  # its own compile-cache key
+    assert timed.digest(first) == modelfile.sha256_of(first)  # recorded when made, so no start hashes it
+
+
+def test_the_server_runs_the_timed_copy_keyed_on_its_own_hash(model: Path, tmp_path: Path) -> None:
+    from app.runtime import compile_cache
+    from app.services import served_model
+    from app.settings import Settings
+
+    path, digest = served_model(Settings(cache_dir=model.parents[1]), model.parents[1])
+    assert path.name == "kokoro-v1.0.int8.timed.onnx" and digest == timed.digest(path)
+    assert digest != modelfile.expected_sha256()
+    target = compile_cache.Target("2026.4.1-1", "avx512", "some cpu")
+    # An OpenVINO cache compiled for the shipped file is never handed to the timed copy, nor a tuning manifest.
+    assert compile_cache.cache_key(path, digest, target=target) != compile_cache.cache_key(
+        model, modelfile.expected_sha256(), target=target)
+
+
+def test_openvino_speaks_the_timed_copy_bit_identically(model: Path, tmp_path: Path) -> None:
+    """The audio served does not change: OpenVINO on the timed copy against OpenVINO on the shipped graph."""
+    from app.runtime import compile_cache
+    from app.runtime.backends.openvino import OpenVinoBackend
+    from app.services import served_model
+    from app.settings import Settings
+    from app.sizing import PoolShape
+
+    # The copy the session's servers run, in their compile cache: imported where a server compiled it already.
+    copy, digest = served_model(Settings(cache_dir=model.parents[1]), model.parents[1])
+    cache, _ = compile_cache.choose(None, model.parents[1] / "openvino", copy, digest)
+    shape = PoolShape(streams=1, threads_per_stream=1)
+    plain = OpenVinoBackend(model, shape, runtime_defaults=False, precision="f32", cache_dir=None)
+    with_durations = OpenVinoBackend(copy, shape, runtime_defaults=False, precision="f32", cache_dir=cache)
+    plain.load()
+    with_durations.load()
+    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("jf_alpha")
+    for phrase in PHRASES[1:]:  # the longer phrase only: the two compiles are most of this test's time
+        tokens = vocab.tokens(phrase)
+        style = voice.style_for(tokens.shape[1] - 2)
+        for speed in (1.0, 1.5):
+            reference = plain.infer(0, tokens, style, speed)
+            done = with_durations.infer_timed(0, tokens, style, speed)
+            assert np.array_equal(done.audio, reference)
+            assert done.durations is not None and done.durations.size == tokens.shape[1]
+            assert int(done.durations.sum()) * 600 == done.audio.size
+            assert plain.infer_timed(0, tokens, style, speed).durations is None
 
 
 def test_a_model_without_the_duration_tensor_gets_no_copy(tmp_path: Path) -> None:

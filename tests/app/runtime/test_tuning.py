@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app.runtime import modelfile, outputcheck, tuner, tuning
+from app.runtime import outputcheck, tuner, tuning
 from app.runtime.tuning import Candidate, Manifest, TuneKey
 from app.settings import Settings
 from app.sizing import read_budget
@@ -134,7 +134,7 @@ def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: 
     assert rows[ORT_2X1.name]["check"]["passed"] is True and rows[ORT_2X1.name]["chosen"] is True
     assert rows[ORT_2X1.name]["efficiency"] > 0.1 and rows[ORT_2X1.name]["peak_rss_mb"] > 100
     saved = json.loads(next((tmp_path / "tuning").glob("*.json")).read_text())
-    assert saved["choice"]["streams"] == 2 and saved["key"]["model_sha256"]
+    assert saved["choice"]["streams"] == 2 and saved["key"]["model_sha256"] == served_sha256(cache_dir)
     assert "onnxruntime-f32-2x1" in tuner.format_table(made)
 
 
@@ -145,9 +145,16 @@ def speak(url: str) -> bytes:
     return response.content
 
 
+def served_sha256(cache_dir: Path) -> str:
+    """The key's model hash as the server computes it: its timed copy's (app.runtime.timed), not the shipped file's."""
+    from app.services import served_model
+
+    return served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
+
+
 def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, cache_dir: Path) -> None:
     baked = tmp_path / "baked"
-    here = TuneKey.here(read_budget().cpus, modelfile.expected_sha256())
+    here = TuneKey.here(read_budget().cpus, served_sha256(cache_dir))
     tuning.write(baked, manifest(here, ORT_1X2))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked)) as server:
         info = httpx.get(f"{server.url}/v1/info").json()
@@ -163,7 +170,7 @@ def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, 
 
 def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, cache_dir: Path) -> None:
     baked = tmp_path / "baked"
-    other = dataclasses.replace(TuneKey.here(read_budget().cpus, modelfile.expected_sha256()), cpu="Another CPU")
+    other = dataclasses.replace(TuneKey.here(read_budget().cpus, served_sha256(cache_dir)), cpu="Another CPU")
     tuning.write(baked, manifest(other, ORT_1X2))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked)) as server:
         assert len(speak(server.url)) > 24000
