@@ -10,13 +10,13 @@ before, up to ``max_tokens``: synthesis of chunk k+1 runs while chunk k plays, s
 twice as long as the one before keeps playback fed, and ``max_tokens`` bounds how long one
 running chunk can keep a new request's first chunk waiting for its stream.
 
-No chunk is left tiny where the first chunk is cut: every inference costs about as much as 18
-tokens of speech on top of its own tokens (the model pads each chunk with about 0.9 s of audio
-that the server trims: ONNX Runtime, one thread, 0.95 CPU-s + 0.052 per token, measured over the
-study16 corpus), so a 3-token rest of a first sentence cost 1.2 CPU-s for 0.1 s of speech. A first
-sentence whose rest after the first chunk would be shorter than `MIN_REST` is taken whole instead,
-up to ``first_max + MIN_REST`` (about 0.6 s more speech to wait for; 0.5 CPU-s more at most on
-one thread, against the 1 CPU-s or more the extra inference cost).
+No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
+its tokens, because the model pads each chunk with about 0.9 s of audio that the server trims
+(ONNX Runtime, one thread, the 50 chunks of the study16 corpus: least squares 0.64 CPU-s + 0.056
+per token; the four rests of 3-8 tokens the old rule cut off took 0.99-1.24 CPU-s each for a
+tenth of a second of speech). A first sentence whose rest after the first chunk would be shorter
+than `MIN_REST` is taken whole instead, up to ``first_max + MIN_REST`` (at most about 0.6 s more
+speech, 0.56 CPU-s on one thread, to wait for before the first audio).
 """
 
 from __future__ import annotations
