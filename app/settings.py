@@ -88,7 +88,8 @@ class Settings:
     """Longest accepted ``input``; longer gets 413."""
     first_chunk_tokens: int = 30
     """Upper bound on the first model chunk: a request's first audio waits for all of it (the first
-    sentence, else its first clauses or words within the bound). At about 0.9 s of inference per
+    sentence, else its first clauses or words within the bound; a first sentence that would leave a rest
+    of under 10 tokens is taken whole, since each inference costs a fixed part). At about 0.9 s of inference per
     audio-second on one thread (OpenVINO 2 x 1 here), 30 tokens is about 2 s of speech."""
     max_chunk_tokens: int = 120
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first

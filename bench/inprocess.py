@@ -5,6 +5,15 @@ corpus utterance into model chunks with the server's own front end and chunker, 
 once with ``concurrency`` threads sharing the backend's slots, and reports audio-seconds per CPU-second of the
 process. No HTTP, no queueing, no text front end inside the measurement: what is left is the runtime itself.
 
+Two audio figures: what the model made (``audio_s``, ``efficiency``), and what a listener of the server gets
+(``delivered_audio_s``, ``delivered_efficiency``): each chunk with the model's edge silence trimmed as the
+server trims it at chunk joins (`app.silence`, in the worker thread as there). The model pads every chunk
+with about 0.27 s before and 0.6-0.75 s after the speech; the server keeps 0.05 s before and the pause the
+boundary calls for after (the last chunk keeps its tail), so over the study16 corpus it sends 83 % of the
+seconds the model made (146.8 of 176.5). A server's audio-s per CPU-s compares like with like against the
+delivered figure; the raw one counts padding the server never sends. The audio kept for the output checks is
+the model's, untrimmed.
+
 Jobs run in a process of their own (``python -m bench.inprocess --jobs FILE``, started by the runner), one
 after another, so their threads and memory die with it and the runner's CPU time never mixes in. Each job
 writes ``<name>.json`` (an `Outcome`) and ``<name>.npz`` (the audio of every chunk, keyed
@@ -30,6 +39,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app import silence
 from app.services import build_engine
 from app.settings import Settings
 from app.sizing import read_budget
@@ -88,7 +98,7 @@ class Outcome:
     """CPU time of the whole process (all threads) while the chunks ran."""
     wall_s: float
     efficiency: float
-    """Audio-seconds per CPU-second."""
+    """Audio-seconds (as the model made them) per CPU-second."""
     throughput: float
     """Audio-seconds per wall-second."""
     chunks: int
@@ -98,6 +108,10 @@ class Outcome:
     """How the runtime resolved streams, threads and precision."""
     peak_rss_mb: float
     """Peak RSS of the process so far (jobs before this one in the same process included)."""
+    delivered_audio_s: float = 0.0
+    """Audio-seconds after the server's edge-silence trim (what its clients receive for the same chunks)."""
+    delivered_efficiency: float = 0.0
+    """``delivered_audio_s`` per CPU-second: the figure a server's efficiency compares with."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,8 @@ class _Work:
     key: str
     tokens: npt.NDArray[np.int64]
     style: npt.NDArray[np.float32]
+    pause_s: float | None
+    """Silence the server keeps after this chunk's speech (None: the request's last chunk keeps its tail)."""
 
 
 def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
@@ -125,9 +141,12 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     work: list[_Work] = []
     for utterance in corpus.utterances:
         plan = engine.plan(utterance.text, utterance.voice, 1.0)
+        last = len(plan.chunks) - 1
         for k, phonemes in enumerate(plan.chunks):
             ids = engine.vocab.ids(phonemes)
-            work.append(_Work(f"{utterance.id}/{k}", engine.vocab.tokens(phonemes), plan.voice.style_for(len(ids))))
+            pause_s = None if k == last else silence.PAUSE_S[silence.boundary(phonemes)]
+            work.append(_Work(f"{utterance.id}/{k}", engine.vocab.tokens(phonemes), plan.voice.style_for(len(ids)),
+                              pause_s))
     slots: queue.Queue[int] = queue.Queue()
     for slot in range(engine.resolved.slots):
         slots.put(slot)
@@ -137,6 +156,7 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
         engine.runtime.infer(slot, shortest.tokens, shortest.style, 1.0)
 
     audio: dict[str, npt.NDArray[np.float32]] = {}
+    delivered: dict[str, int] = {}
     todo: queue.Queue[_Work] = queue.Queue()
     for item in work:
         todo.put(item)
@@ -150,7 +170,9 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
                 return
             slot = slots.get()
             try:
-                audio[item.key] = engine.runtime.infer(slot, item.tokens, item.style, 1.0)
+                made = audio[item.key] = engine.runtime.infer(slot, item.tokens, item.style, 1.0)
+                # In the worker while it holds the slot, as the engine trims (app.engine.Engine._infer).
+                delivered[item.key] = len(silence.trim(made, pause_s=item.pause_s))
             except BaseException as exc:  # surfaced after join: a crashed thread must fail the job
                 errors.append(exc)
                 return
@@ -169,11 +191,13 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     if errors:
         raise RuntimeError(f"{job.name}: inference failed") from errors[0]
     audio_s = sum(len(a) for a in audio.values()) / SAMPLE_RATE
+    delivered_s = sum(delivered.values()) / SAMPLE_RATE
     peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     resolved = dataclasses.asdict(engine.resolved)
     outcome = Outcome(name=job.name, audio_s=audio_s, cpu_s=cpu, wall_s=wall, efficiency=audio_s / cpu,
                       throughput=audio_s / wall, chunks=len(work), concurrency=job.concurrency,
-                      load_s=float(parts.get("backend_s", 0.0)), resolved=resolved, peak_rss_mb=peak_rss_mb)
+                      load_s=float(parts.get("backend_s", 0.0)), resolved=resolved, peak_rss_mb=peak_rss_mb,
+                      delivered_audio_s=delivered_s, delivered_efficiency=delivered_s / cpu)
     return outcome, audio
 
 

@@ -118,10 +118,14 @@ def _inprocess(results: Mapping[str, Any]) -> str:
             rows.append([f"`{name}`", "failed", "-", "-", "-", job["error"][:160]])
             continue
         resolved = job.get("resolved", {})
-        rows.append([f"`{name}`", _num(job["efficiency"]), _num(job["throughput"]), str(job["concurrency"]),
+        sent = job.get("delivered_audio_s")
+        rows.append([f"`{name}`", _num(job.get("delivered_efficiency") or None), _num(job["efficiency"]),
+                     _num(job["throughput"]), str(job["concurrency"]),
                      f"{resolved.get('streams')} streams, {resolved.get('threads')} threads, "
-                     f"{resolved.get('precision')}", f"{job['chunks']} chunks, {_num(job['audio_s'], 1)} audio-s"])
-    return _table(["in-process job", "audio-s / CPU-s", "audio-s / s", "threads", "runtime resolved", "work"], rows)
+                     f"{resolved.get('precision')}", f"{job['chunks']} chunks, {_num(job['audio_s'], 1)} audio-s made"
+                     + (f", {_num(sent, 1)} sent" if sent else "")])
+    return _table(["in-process job", "audio-s / CPU-s as sent", "as made", "audio-s / s (made)", "threads",
+                   "runtime resolved", "work"], rows)
 
 
 def _memory(results: Mapping[str, Any]) -> str:
@@ -384,6 +388,8 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "",
         "## Efficiency and throughput", "",
         "audio-s per CPU-s / audio-s per s, per client count:", "", _levels(results), "",
+        "In process, the audio is counted twice: as the model made it, and as a server sends it (each chunk's edge "
+        "silence trimmed at its joins, `app.silence`): a server's figures compare with the second.", "",
         f"In-process ceiling (the raw runtime, no HTTP): {_num(ceiling.get('sized_efficiency'))} audio-s per CPU-s "
         f"for the complete system's shape ({ceiling.get('sized_shape')}, {ceiling.get('sized_concurrency')} "
         f"threads), {_num(ceiling.get('one_by_one_efficiency'))} for OpenVINO 1 stream x 1 thread.", "",

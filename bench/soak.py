@@ -55,6 +55,9 @@ class SoakOptions:
     streams: int = 0
     threads_per_stream: int = 0
     seed: int = 7
+    backend: str = "openvino"
+    """``TTS_BACKEND`` of the soaked server: ``openvino``, ``onnxruntime`` or ``auto`` (the tuned choice found in
+    ``TTS_BAKED_CACHE_DIR`` / the cache, as a deployed server resolves it). The shape cache matters to OpenVINO only."""
 
 
 @dataclass
@@ -115,12 +118,12 @@ def _speak(http: httpx.Client, url: str, tokens: int, speed: float) -> int:
 
 
 def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> SoakResult:
-    config = ServerConfig(name=f"soak-cache{shape_cache}", title="soak", backend="openvino", kind="complete",
-                          streams=options.streams, threads_per_stream=options.threads_per_stream,
+    config = ServerConfig(name=f"soak-{options.backend}-cache{shape_cache}", title="soak", backend="openvino",
+                          kind="complete", streams=options.streams, threads_per_stream=options.threads_per_stream,
                           compile_cache=True, lifecycle=False)
     settings = config.env(quiet_window_s=0.0, queue_size=64)
-    settings.update({"TTS_SHAPE_CACHE": str(shape_cache), "TTS_ADMIN_TOKEN": ADMIN_TOKEN,
-                     "TTS_CACHE_DIR": str(options.cache_dir)})
+    settings.update({"TTS_BACKEND": options.backend, "TTS_SHAPE_CACHE": str(shape_cache),
+                     "TTS_ADMIN_TOKEN": ADMIN_TOKEN, "TTS_CACHE_DIR": str(options.cache_dir)})
     result = SoakResult(shape_cache)
     order = schedule(options)
     # Every server reads the model and the compile cache from disk into its own cgroup, not the previous one's.
@@ -193,7 +196,8 @@ def render(record: dict[str, Any]) -> str:
     o = record["options"]
     lines = [
         "# Shape-churn soak", "",
-        f"{o['requests']} requests, {o['lengths']} distinct input lengths ({o['min_tokens']}–"
+        f"`TTS_BACKEND={o.get('backend', 'openvino')}`: {o['requests']} requests, {o['lengths']} distinct input "
+        f"lengths ({o['min_tokens']}–"
         f"{o['min_tokens'] + o['lengths'] - 1} phoneme tokens, speed {o['speed']}), {o['clients']} clients, "
         "after a warm-up with the longest input; billable memory from the server's own memory cgroup.", "",
         "| TTS_SHAPE_CACHE | errors | after warm-up MB | halfway MB | final MB | peak MB | 2nd-half growth "
@@ -224,10 +228,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sample-every", type=int, default=defaults.sample_every)
     parser.add_argument("--shape-caches", default=",".join(map(str, defaults.shape_caches)),
                         help="TTS_SHAPE_CACHE values to soak, one server each (default 0,-1)")
+    parser.add_argument("--backend", default=defaults.backend, choices=("openvino", "onnxruntime", "auto"),
+                        help="TTS_BACKEND of the soaked server (default openvino)")
     args = parser.parse_args(argv)
     options = SoakOptions(out=args.out, cache_dir=args.cache_dir, requests=args.requests, lengths=args.lengths,
                           clients=args.clients, speed=args.speed, sample_every=args.sample_every,
-                          shape_caches=tuple(int(v) for v in args.shape_caches.split(",")))
+                          shape_caches=tuple(int(v) for v in args.shape_caches.split(",")), backend=args.backend)
     record = run(options)
     print(render(record))
     return 0 if all(r["errors"] == 0 and r["restored_ok"] for r in record["results"]) else 1

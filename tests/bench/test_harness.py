@@ -147,7 +147,11 @@ def test_the_quick_run_figures_are_sane(quick_run: Path) -> None:
         assert _positive(record["start"]["cold_start_s"])
         assert _positive(record["peak_mb"])
         assert all(_positive(s["billable_mb"]) for s in record["idle"]["series"])
-        assert _positive(results["inprocess"][name]["efficiency"])
+        job = results["inprocess"][name]
+        assert _positive(job["efficiency"])
+        # What a client is sent: the model's edge silence trimmed, so less than the model made.
+        assert 0 < job["delivered_audio_s"] < job["audio_s"]
+        assert job["delivered_efficiency"] == pytest.approx(job["delivered_audio_s"] / job["cpu_s"])
     cycles = results["configs"]["complete"]["release_cycles"]["cycles"]
     assert len(cycles) == 2
     assert all(_positive(c["first_audio_s"]) and _positive(c["released_mb"]) for c in cycles)
