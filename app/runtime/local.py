@@ -8,6 +8,12 @@ thread once the bridge's first inference is done; new inferences switch to the p
 soon as it is ready and the bridge is dropped when its last inference ends. Nothing loaded is
 thrown away unused.
 
+At start the same holds (`load_bridged` with ``wait_for_request=False``): the bridge opens, the
+server turns ready, and the primary loads at once behind it, at the lowest CPU priority, since no
+request is waiting yet to be served first. A primary that fails to load behind the bridge leaves the
+bridge serving: the failure is logged, kept in `primary_error` (shown by ``/v1/info``) and handed
+to `on_primary_failed`; the next load (a restore) tries the primary again.
+
 Every load ends with a **warm-up**: each slot runs one short inference before the backend serves,
 so the first request (after start, after a restore, or the first inference of the primary taking
 over from the bridge) does not pay the runtime's first-call costs. The warm-up calls the backend
@@ -68,6 +74,10 @@ class LocalRuntime:
         self._stop_loading = False
         self.on_primary: Callable[[Resolved], None] | None = None
         """Called (from the loader thread) when the primary takes over from the bridge."""
+        self.primary_error: str | None = None
+        """Why the primary failed to load behind the bridge (the bridge serves on); None once a load succeeds."""
+        self.on_primary_failed: Callable[[str], None] | None = None
+        """Called (from the loader thread) with `primary_error` when the background load fails."""
 
     @property
     def has_bridge(self) -> bool:
@@ -83,19 +93,23 @@ class LocalRuntime:
         return active.name if active is not None else None
 
     def load_primary(self) -> Resolved:
-        """Load the primary and serve with it (first start, or a restore without a bridge)."""
+        """Load the primary and serve with it (a start or a restore without a bridge)."""
         self.resolved = self._warm(self.primary, self.primary.load())
+        self.primary_error = None
         with self._lock:
             self._active = self.primary
         return self.resolved
 
-    def load_bridged(self) -> Resolved:
-        """Open the bridge and serve with it now; load the primary in the background."""
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+        """Open the bridge and serve with it now; load the primary in the background, once the bridge has
+        served its first inference when ``wait_for_request`` (a restore: a request is waiting), else at once."""
         assert self.bridge is not None
         opened = self._warm(self.bridge, self.bridge.load())
         with self._lock:
             self._active = self.bridge
         self._bridge_served = threading.Event()
+        if not wait_for_request:
+            self._bridge_served.set()
         self._stop_loading = False
         self._loader = threading.Thread(target=self._load_primary_behind, name="primary-load", daemon=True)
         self._loader.start()
@@ -116,10 +130,14 @@ class LocalRuntime:
             pass
         try:
             resolved = self._warm(self.primary, self.primary.load())
-        except Exception:  # the bridge keeps serving; the next release/restore retries
+        except Exception as exc:  # the bridge keeps serving; the next release/restore retries
             log.exception("primary backend failed to load behind the bridge; the bridge keeps serving")
+            self.primary_error = f"{type(exc).__name__}: {exc}"
+            if self.on_primary_failed is not None:
+                self.on_primary_failed(self.primary_error)
             return
         self.resolved = resolved
+        self.primary_error = None
         with self._lock:
             self._active = self.primary
             idle_bridge = self.bridge is not None and self._users[id(self.bridge)] == 0

@@ -85,6 +85,8 @@ class ProcessRuntime:
         self.spec = spec
         self.resolved: Resolved | None = None
         self.served: Counter[str] = Counter()
+        self.primary_error: str | None = None
+        """Why the primary failed to load behind the bridge in the current inference process (None: it did not)."""
         self._active: str | None = None
         self._child: _ChildProcess | None = None
         self._reader: threading.Thread | None = None
@@ -117,17 +119,18 @@ class ProcessRuntime:
     def load_primary(self) -> Resolved:
         return self._load("primary")
 
-    def load_bridged(self) -> Resolved:
-        return self._load("bridged")
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+        return self._load("bridged", wait_for_request)
 
-    def _load(self, mode: Literal["primary", "bridged"]) -> Resolved:
+    def _load(self, mode: Literal["primary", "bridged"], wait_for_request: bool = True) -> Resolved:
         if self._child is not None and self._child.process.poll() is not None:
             self._reap()  # died since: start afresh
         if self._child is None:
             self._start()
+            self.primary_error = None
         assert self._child is not None
         self._loaded = Future()
-        self._child.send(messages.Load(mode))
+        self._child.send(messages.Load(mode, wait_for_request))
         try:
             resolved = self._loaded.result()
         except WorkerGone:
@@ -236,6 +239,9 @@ class ProcessRuntime:
                     self.resolved = resolved
                     if self._active is not None:
                         self._active = resolved.backend
+                case messages.PrimaryFailed(message=why):
+                    self.primary_error = why
+                    log.error("the primary backend failed to load behind the bridge, which serves on: %s", why)
         self._fail_waiting(child)
 
     def _fail_waiting(self, child: _ChildProcess) -> None:
