@@ -51,16 +51,27 @@ TARGET_RELEASED_S = 0.6
 """Released → first audio for a short request (issue 16)."""
 
 
+CHECKOUT = "checkout"
+"""The key, among a variant's settings, of the checkout it runs from (not a ``TTS_*`` variable)."""
+
+
 class Failed(RuntimeError):
     """A run did not produce audio."""
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:
-    """``name`` (the defaults) or ``name:TTS_X=1;TTS_Y=2``."""
+    """``name`` (the defaults), ``name:TTS_X=1;TTS_Y=2``, and either with ``@DIR`` after the name: the server
+    runs from the checkout in DIR (its working directory comes first on ``sys.path``), to compare code
+    before and after a change in one interleaved run."""
     name, _, rest = text.partition(":")
+    name, _, checkout = name.partition("@")
     settings = dict(pair.split("=", 1) for pair in rest.split(";") if pair)
     if not all(key.startswith("TTS_") for key in settings):
         raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
+    if checkout:
+        if not (Path(checkout) / "app" / "__main__.py").is_file():
+            raise argparse.ArgumentTypeError(f"{checkout} holds no checkout of this project")
+        settings[CHECKOUT] = str(Path(checkout).resolve())
     return name, settings
 
 
@@ -106,6 +117,8 @@ def _wait_primary(http: httpx.Client, timeout_s: float = 60.0) -> dict[str, Any]
 
 def server_run(settings: dict[str, str], work: Path, label: str, release_cycles: int) -> dict[str, Any]:
     """One server: spawn → ready → first audio, then ``release_cycles`` releases each followed by the request."""
+    settings = dict(settings)
+    checkout = settings.pop(CHECKOUT, None)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = environment({"TTS_CACHE_DIR": str(work / "server-cache"), "TTS_ADMIN_TOKEN": TOKEN,
@@ -115,7 +128,7 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
     with open(log_path, "ab") as sink:
         spawned = time.monotonic()
         process = subprocess.Popen([sys.executable, "-m", "app"], env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, cwd=checkout)
     try:
         with httpx.Client(base_url=url, timeout=120) as http:
             ready_s = _wait_ready(http, process, spawned, log_path)
@@ -269,7 +282,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench coldstart", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", default="server",
-                        help="comma-separated server variants: a name (the defaults) or name:TTS_X=v;TTS_Y=w")
+                        help="comma-separated server variants: a name (the defaults) or name:TTS_X=v;TTS_Y=w; "
+                             "name@DIR runs the server from the checkout in DIR")
     parser.add_argument("--runs", type=int, default=3, help="runs of each, alternating (default 3)")
     parser.add_argument("--release-cycles", type=int, default=2, help="release → request cycles per server run")
     parser.add_argument("--out", type=Path, required=True)
