@@ -63,7 +63,12 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
                 source_path=source_path if model_path != source_path else None)
-    runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
+    runtime: Runtime
+    if settings.inference_process:
+        runtime = process = ProcessRuntime(spec)
+        process.prestart()
+    else:
+        runtime = build_runtime(spec)
     baked = settings.baked_cache_dir
     frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)
     pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,

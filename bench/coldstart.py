@@ -126,7 +126,7 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
     log_path = work / "logs" / f"{label}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as sink:
-        spawned = time.monotonic()
+        spawned, spawned_unix = time.monotonic(), time.time()
         process = subprocess.Popen([sys.executable, "-m", "app"], env=env, stdout=sink, stderr=subprocess.STDOUT,
                                    start_new_session=True, cwd=checkout)
     try:
@@ -155,6 +155,7 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
                 process.kill()
                 process.wait()
     return {"ready_s": ready_s, "first_audio_s": first_s, "bytes": received, "start_parts": start_parts,
+            "spawned_unix": spawned_unix, "log": str(log_path),
             "first_served_by": served_first, "backend": info.get("backend"), "engine": info.get("engine", {}),
             "released": cycles}
 
