@@ -99,7 +99,12 @@ def main(argv: list[str]) -> int:
     from lifecycle.trim import limit_arenas
 
     limit_arenas(spec.settings.malloc_arenas)
-    InferenceLoop(inbox, outbox, build_runtime(spec), spec.shape.streams).serve()
+    runtime = build_runtime(spec)
+    if spec.has_bridge or spec.settings.backend == "onnxruntime":
+        # Before the first message: the process may be started ahead of its load (a standby after a release,
+        # or at start beside the server's own start), and the import is the bridge's first cost.
+        import onnxruntime  # noqa: F401
+    InferenceLoop(inbox, outbox, runtime, spec.shape.streams).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their
     # memory all go with the process; nothing here needs an orderly teardown.
     sys.stdout.flush()

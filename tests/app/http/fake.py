@@ -72,7 +72,7 @@ class FakeRuntime:
     def intact(self) -> bool:
         return True
 
-    def unload(self) -> None:
+    def unload(self, standby: bool = False) -> None:
         self._loaded = False
 
     def files(self) -> list[Path]:
