@@ -110,9 +110,11 @@ def _wait_primary(http: httpx.Client, timeout_s: float = 60.0) -> dict[str, Any]
     deadline = time.monotonic() + timeout_s
     while True:
         info: dict[str, Any] = http.get("/v1/info").json()
-        if info.get("active_backend") == info.get("backend") or time.monotonic() > deadline:
+        # (a checkout from before bridge_serving existed: its bridge served at restores only, named onnxruntime)
+        primary = not info.get("bridge_serving", info.get("active_backend") != info.get("backend"))
+        if primary or info.get("primary_error") or time.monotonic() > deadline:
             return info
-        time.sleep(0.05)
+        time.sleep(0.25)  # no faster: each poll costs the loading server CPU (and a log line)
 
 
 def server_run(settings: dict[str, str], work: Path, label: str, release_cycles: int) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def until_primary(info: Callable[[], dict[str, Any]], timeout_s: float = 120.0) 
     deadline = time.monotonic() + timeout_s
     while True:
         found = info()
-        if found["active_backend"] in (found["backend"], None) or found.get("primary_error"):
+        if not found["bridge_serving"] or found["primary_error"]:
             return found
         assert time.monotonic() < deadline, f"the primary never took over from the bridge: {found}"
         time.sleep(0.05)

@@ -14,7 +14,8 @@ request is waiting yet to be served first. A primary that fails to load behind t
 bridge serving: the failure is logged, kept in `primary_error` (shown by ``/v1/info``) and handed
 to `on_primary_failed`; the next load (a restore) tries the primary again.
 
-Every load ends with a **warm-up**: each slot runs one short inference before the backend serves,
+Every load of OpenVINO ends with a **warm-up** (not ONNX Runtime's: see `WARMED_BACKENDS`): each slot
+runs one short inference before the backend serves,
 so the first request (after start, after a restore, or the first inference of the primary taking
 over from the bridge) does not pay the runtime's first-call costs. The warm-up calls the backend
 directly: it is not counted as served, and it does not count as the bridge's first inference.
@@ -42,6 +43,12 @@ import numpy.typing as npt
 from app.runtime.backends.base import Backend, Resolved
 
 log = logging.getLogger(__name__)
+
+WARMED_BACKENDS = frozenset({"openvino"})
+"""Backends whose first inference is slow enough to pay a warm-up for. Not ONNX Runtime: measured here
+(bench/results/coldstart-20261201), its 20-token warm-up took 1.0-1.7 s on the bridge (more with 1 thread per
+stream) and the request after it came no sooner than one on a session that had not run; on the path of a
+start or a restore, that second was pure cost."""
 
 PRIMARY_WAIT_S = 5.0
 """Longest wait for the bridge's first inference before the primary starts loading anyway."""
@@ -86,6 +93,10 @@ class LocalRuntime:
     @property
     def loaded(self) -> bool:
         return self._active is not None
+
+    @property
+    def bridge_serving(self) -> bool:
+        return self._active is not None and self._active is self.bridge
 
     @property
     def active_name(self) -> str | None:
@@ -156,7 +167,7 @@ class LocalRuntime:
         another, and the input is short enough that the sum costs little.
         """
         warm_up = self.warm_up
-        if warm_up is None:
+        if warm_up is None or backend.name not in WARMED_BACKENDS:
             return resolved
         start = time.perf_counter()
         # Once per stream: slots that share one session (the bridge, ONNX Runtime defaults) warm together.

@@ -43,6 +43,11 @@ class Runtime(Protocol):
         ...
 
     @property
+    def bridge_serving(self) -> bool:
+        """Whether new inferences go to the bridge (the primary still loading behind it, or failed to)."""
+        ...
+
+    @property
     def has_bridge(self) -> bool:
         """Whether a load may open the fast-loading bridge first (`load_bridged`)."""
         ...

@@ -88,6 +88,7 @@ class ProcessRuntime:
         self.primary_error: str | None = None
         """Why the primary failed to load behind the bridge in the current inference process (None: it did not)."""
         self._active: str | None = None
+        self._bridged = False
         self._child: _ChildProcess | None = None
         self._reader: threading.Thread | None = None
         self._pending: dict[int, Future[messages.FromChild]] = {}
@@ -108,6 +109,10 @@ class ProcessRuntime:
     @property
     def has_bridge(self) -> bool:
         return self.spec.has_bridge
+
+    @property
+    def bridge_serving(self) -> bool:
+        return self._active is not None and self._bridged
 
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""
@@ -136,6 +141,7 @@ class ProcessRuntime:
             self._reap()
             raise
         self._active = resolved.backend
+        self._bridged = mode == "bridged"
         if mode == "primary":
             self.resolved = resolved
         return resolved
@@ -248,6 +254,7 @@ class ProcessRuntime:
                     self.resolved = resolved
                     if self._active is not None:
                         self._active = resolved.backend
+                        self._bridged = False
                 case messages.PrimaryFailed(message=why):
                     self.primary_error = why
                     log.error("the primary backend failed to load behind the bridge, which serves on: %s", why)

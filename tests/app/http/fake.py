@@ -48,6 +48,10 @@ class FakeRuntime:
     def has_bridge(self) -> bool:
         return False
 
+    @property
+    def bridge_serving(self) -> bool:
+        return False
+
     def load_primary(self) -> Resolved:
         self.loads += 1
         self._loaded = True
