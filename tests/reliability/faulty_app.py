@@ -44,12 +44,12 @@ def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, spe
 
 
 def _failing_once(load: Any) -> Any:
-    def faulty_load(self: LocalRuntime) -> Resolved:
+    def faulty_load(self: LocalRuntime, *args: Any, **kwargs: Any) -> Resolved:
         marker = os.environ.get("FAULT_LOAD_FAILS_FILE")
         if marker and Path(marker).exists():
             Path(marker).unlink()
             raise RuntimeError("injected load fault")
-        result: Resolved = load(self)
+        result: Resolved = load(self, *args, **kwargs)
         return result
 
     return faulty_load

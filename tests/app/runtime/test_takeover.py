@@ -16,6 +16,9 @@ import pytest
 
 from app.runtime.backends.base import Resolved
 from app.runtime.local import LocalRuntime
+from app.runtime.spec import Spec
+from app.settings import Settings
+from app.sizing import PoolShape
 
 STYLE = np.zeros((1, 256), dtype=np.float32)
 
@@ -135,3 +138,16 @@ def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
     primary.fail_load = False
     runtime.load_primary()  # the next load tries the primary again, and clears the report
     assert runtime.primary_error is None and runtime.active_name == "openvino"
+
+
+@pytest.mark.parametrize(("settings", "streams", "bridged"), [
+    (Settings(backend="openvino"), 2, True),
+    (Settings(backend="openvino"), 1, True),
+    (Settings(backend="onnxruntime"), 2, True),  # one session of 2 threads before two of 1
+    (Settings(backend="onnxruntime"), 1, False),  # the bridge would be the primary again
+    (Settings(backend="onnxruntime", runtime_defaults=True), 2, False),  # one shared session already
+    (Settings(backend="openvino", restore_bridge=False), 2, False),
+])
+def test_which_primaries_get_the_bridge_in_front(settings: Settings, streams: int, bridged: bool) -> None:
+    spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
+    assert spec.has_bridge is bridged
