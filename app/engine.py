@@ -171,7 +171,7 @@ class Engine:
 
     def release(self) -> None:
         with self._state_lock:
-            self.runtime.unload(standby=True)
+            self.runtime.unload()
             if self.release_frontend:
                 self.frontend.unload()
 

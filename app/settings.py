@@ -118,9 +118,6 @@ class Settings:
     OpenVINO's compiled model loads in the background (the switch is invisible to clients; a failure of
     that load leaves the bridge serving, logged and shown in `/v1/info` as `primary_error`). Needs
     `TTS_RESTORE_BRIDGE`; 0 turns ready only once OpenVINO is loaded."""
-    standby_process: bool = False
-    """After a release, start the next inference process at once: it imports its modules and ONNX Runtime
-    and waits, holding no model, so a restore skips the process start (see README, "Cold start")."""
     inference_process: bool = True
     """Run the model in a child process that a release ends: everything the runtimes held goes back
     to the system (in process about 170 MB stays), and a crash inside a runtime fails only the

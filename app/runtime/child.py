@@ -101,8 +101,8 @@ def main(argv: list[str]) -> int:
     limit_arenas(spec.settings.malloc_arenas)
     runtime = build_runtime(spec)
     if spec.has_bridge or spec.settings.backend == "onnxruntime":
-        # Before the first message: the process may be started ahead of its load (a standby after a release,
-        # or at start beside the server's own start), and the import is the bridge's first cost.
+        # Before the first message: at start the process is started ahead of its load, beside the server's
+        # own start, and the import is the bridge's first cost.
         import onnxruntime  # noqa: F401
     InferenceLoop(inbox, outbox, runtime, spec.shape.streams).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their

@@ -209,8 +209,8 @@ class LocalRuntime:
         """In process, loaded state cannot vanish on its own (see `app.runtime.proxy`)."""
         return True
 
-    def unload(self, standby: bool = False) -> None:
-        """Drop everything; waits for a background load first (``standby`` concerns processes only)."""
+    def unload(self) -> None:
+        """Drop everything; waits for a background load first."""
         if self._loader is not None:
             self._stop_loading = True
             self._bridge_served.set()

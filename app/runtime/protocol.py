@@ -70,8 +70,8 @@ class Runtime(Protocol):
         """False when loaded state vanished without an unload (the inference process died)."""
         ...
 
-    def unload(self, standby: bool = False) -> None:
-        """Drop all inference state; ``standby``: a release, after which a runtime may prepare the next load."""
+    def unload(self) -> None:
+        """Drop all inference state."""
         ...
 
     def files(self) -> list[Path]:

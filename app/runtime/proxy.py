@@ -176,9 +176,8 @@ class ProcessRuntime:
                                            spec.settings.baked_cache_dir)
         return found + [p for p in unlisted if p not in listed]
 
-    def unload(self, standby: bool = False) -> None:
-        """End the child and wait for it: its memory is the operating system's again. With ``standby`` (a
-        release) and ``TTS_STANDBY_PROCESS``, start the next one at once, holding no model."""
+    def unload(self) -> None:
+        """End the child and wait for it: its memory is the operating system's again."""
         child = self._child
         self._active = None
         if child is None:
@@ -194,8 +193,6 @@ class ProcessRuntime:
             child.process.kill()
             child.process.wait()
         self._reap()
-        if standby and self.spec.settings.standby_process:
-            self._start()  # the next restore's process, started and imported now, holding no model
 
     # --- requests ------------------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ class FakeRuntime:
     def intact(self) -> bool:
         return True
 
-    def unload(self, standby: bool = False) -> None:
+    def unload(self) -> None:
         self._loaded = False
 
     def files(self) -> list[Path]:
