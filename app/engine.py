@@ -66,7 +66,8 @@ class Spoken:
 class Engine:
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
-                 release_frontend: bool, choice: EngineChoice | None = None, timestamps: bool = False) -> None:
+                 release_frontend: bool, choice: EngineChoice | None = None, timestamps: bool = False,
+                 start_bridge: bool = False) -> None:
         self.runtime = runtime
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
@@ -80,6 +81,8 @@ class Engine:
         self.first_chunk_tokens = first_chunk_tokens
         self.max_chunk_tokens = max_chunk_tokens
         self.release_frontend = release_frontend
+        self.start_bridge = start_bridge
+        """Open the bridge at the first load too, not only at restores (`app.runtime.local`)."""
         self._state_lock = threading.Lock()
         self._restores = 0
 
@@ -161,9 +164,10 @@ class Engine:
         """Build inference state and the front end, in parallel; seconds per part.
 
         The runtime's load is native code that releases the GIL, the front end's is mostly
-        Python: run side by side, a restore costs the longer of the two, not their sum. The
-        first load is always the primary backend; later restores open the bridge when there is
-        one (see `app.runtime.local`).
+        Python: run side by side, a restore costs the longer of the two, not their sum. Where there is a
+        bridge, restores open it and serve with it while the primary loads behind (see
+        `app.runtime.local`), and so does the first load with ``start_bridge``, the primary loading at once
+        since no request waits yet.
         """
         with self._state_lock:
             timings: dict[str, float] = {}
@@ -177,8 +181,10 @@ class Engine:
                 frontend.start()
             try:
                 if not self.runtime.loaded:
-                    bridged = self._restores > 0 and self.runtime.has_bridge
-                    loaded = self.runtime.load_bridged() if bridged else self.runtime.load_primary()
+                    first = self._restores == 0
+                    bridged = self.runtime.has_bridge and (self.start_bridge or not first)
+                    loaded = (self.runtime.load_bridged(wait_for_request=not first) if bridged
+                              else self.runtime.load_primary())
                     timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
                     timings["warm_up_s"] = loaded.warm_up_s
                     log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)

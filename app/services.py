@@ -62,7 +62,12 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
                 source_path=source_path if model_path != source_path else None)
-    runtime: Runtime = ProcessRuntime(spec) if settings.inference_process else build_runtime(spec)
+    runtime: Runtime
+    if settings.inference_process:
+        runtime = process = ProcessRuntime(spec)
+        process.prestart()
+    else:
+        runtime = build_runtime(spec)
     baked = settings.baked_cache_dir
     frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)
     pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
@@ -70,7 +75,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     engine = Engine(runtime, pool, frontend, voices, vocab,
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, release_frontend=settings.release_frontend,
-                    choice=choice, timestamps=timestamps)
+                    choice=choice, timestamps=timestamps, start_bridge=settings.start_bridge)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape

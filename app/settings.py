@@ -114,6 +114,11 @@ class Settings:
     restore_bridge: bool = True
     """After a release, serve the first requests with ONNX Runtime (opens in ~0.5 s) while
     OpenVINO's compiled model is imported in the background, then switch to OpenVINO."""
+    start_bridge: bool = True
+    """At start too, turn ready as soon as the ONNX Runtime bridge is open and warm, and serve with it while
+    OpenVINO's compiled model loads in the background (the switch is invisible to clients; a failure of
+    that load leaves the bridge serving, logged and shown in `/v1/info` as `primary_error`). Needs
+    `TTS_RESTORE_BRIDGE`; 0 turns ready only once OpenVINO is loaded."""
     inference_process: bool = True
     """Run the model in a child process that a release ends: everything the runtimes held goes back
     to the system (in process about 170 MB stays), and a crash inside a runtime fails only the

@@ -6,6 +6,7 @@
 - ``soak``: memory under shape churn, per ``TTS_SHAPE_CACHE`` value (bench/soak.py).
 - ``overload``: a server held at 4 × its capacity (bench/overload.py).
 - ``latency``: first audio and stalls of server variants side by side, interleaved (bench/latency.py).
+- ``coldstart``: process start and release to first audio against a plain kokoro-onnx script (bench/coldstart.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import audit, latency, overload, report, runner, soak
+from bench import audit, coldstart, latency, overload, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -75,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("overload", help="4 x capacity for minutes (see python -m bench overload --help)", add_help=False)
     sub.add_parser("latency", help="first audio and stalls side by side (see python -m bench latency --help)",
                    add_help=False)
+    sub.add_parser("coldstart", help="start and restore against a plain script (python -m bench coldstart --help)",
+                   add_help=False)
     return parser
 
 
@@ -104,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "latency":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return latency.main(argv[1:])
+    if argv and argv[0] == "coldstart":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return coldstart.main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

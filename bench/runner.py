@@ -336,6 +336,7 @@ class Run:
         ready = server.wait_ready()
         sent = time.perf_counter()
         speech = client.speak(server.url, self.short.text, self.short.voice)
+        server.wait_primary()  # everything after measures the configuration, not the bridge in front of it
         return {"ready_s": ready, "cold_start_s": sent - server.spawned_at + speech.first_audio_s,
                 "first_request_first_audio_s": speech.first_audio_s, "audio_s": speech.audio_s}
 

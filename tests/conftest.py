@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from bench.server import free_port, launch, wait_ready
@@ -49,14 +52,28 @@ class LiveServer:
         return self.log_path.read_text(errors="replace")
 
 
+def until_primary(info: Callable[[], dict[str, Any]], timeout_s: float = 180.0) -> dict[str, Any]:
+    """Wait until the primary form serves (the server turns ready on the bridge and loads it behind: see
+    `app.runtime.local`), or its background load has failed; returns ``/v1/info`` then. Tests that compare
+    audio byte for byte, or inject faults into the primary, need it serving first."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = info()
+        if not found["bridge_serving"] or found["primary_error"]:
+            return found
+        assert time.monotonic() < deadline, f"the primary never took over from the bridge: {found}"
+        time.sleep(0.05)
+
+
 @contextmanager
 def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tuple[str, ...] = (),
-                **settings: str) -> Iterator[LiveServer]:
+                primary: bool = True, **settings: str) -> Iterator[LiveServer]:
     """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
 
     ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
     interpreter (a command that sets up a namespace, then execs it, keeping the pid). Started and
-    awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`)."""
+    awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`), then,
+    with ``primary``, until the primary form serves (`until_primary`)."""
     port = free_port()
     env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
@@ -65,6 +82,10 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
         wait_ready(server.url, process, log_path, timeout_s=120, poll_s=0.1)
+        if primary:
+            key = settings.get("api_key")
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            until_primary(lambda: httpx.get(f"{server.url}/v1/info", headers=headers, timeout=10).json())
         yield server
     finally:
         stop(process)

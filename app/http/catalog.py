@@ -37,6 +37,8 @@ async def info(request: Request) -> JSONResponse:
         "engine": choice.public() if choice else None,
         "resolved": dataclasses.asdict(resolved) if resolved else None,
         "active_backend": svc.engine.runtime.active_name,
+        "bridge_serving": svc.engine.runtime.bridge_serving,
+        "primary_error": svc.engine.runtime.primary_error,
         "inferences_by_backend": dict(svc.engine.runtime.served),
         "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
         "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,

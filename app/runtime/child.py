@@ -43,6 +43,7 @@ class InferenceLoop:
         self._send_lock = threading.Lock()
         self._workers = ThreadPoolExecutor(max(1, slots), thread_name_prefix="infer")
         runtime.on_primary = lambda resolved: self.send(messages.PrimaryReady(resolved))
+        runtime.on_primary_failed = lambda why: self.send(messages.PrimaryFailed(why))
 
     def send(self, message: messages.FromChild) -> None:
         with self._send_lock:
@@ -59,8 +60,8 @@ class InferenceLoop:
                     return
                 case messages.Infer():
                     self._workers.submit(self._infer, message)
-                case messages.Load(mode=mode):
-                    self._load(mode)
+                case messages.Load(mode=mode, wait_for_request=wait):
+                    self._load(mode, wait)
                 case messages.ListFiles(ident=ident):
                     # The runtime's files, and every library and module this process loaded: the server
                     # evicts them from the page cache once this process has ended.
@@ -68,9 +69,9 @@ class InferenceLoop:
                     found += [p for p in pagecache.loaded_files() if p not in found]
                     self.send(messages.Files(ident, found))
 
-    def _load(self, mode: str) -> None:
+    def _load(self, mode: str, wait_for_request: bool) -> None:
         try:
-            resolved = self.runtime.load_bridged() if mode == "bridged" else self.runtime.load_primary()
+            resolved = self.runtime.load_bridged(wait_for_request) if mode == "bridged" else self.runtime.load_primary()
         except Exception as exc:
             log.exception("loading the %s backend failed", mode)
             self.send(messages.LoadFailed(f"{type(exc).__name__}: {exc}"))
@@ -98,7 +99,12 @@ def main(argv: list[str]) -> int:
     from lifecycle.trim import limit_arenas
 
     limit_arenas(spec.settings.malloc_arenas)
-    InferenceLoop(inbox, outbox, build_runtime(spec), spec.shape.streams).serve()
+    runtime = build_runtime(spec)
+    if spec.has_bridge or spec.settings.backend == "onnxruntime":
+        # Before the first message: at start the process is started ahead of its load, beside the server's
+        # own start, and the import is the bridge's first cost.
+        import onnxruntime  # noqa: F401
+    InferenceLoop(inbox, outbox, runtime, spec.shape.streams).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their
     # memory all go with the process; nothing here needs an orderly teardown.
     sys.stdout.flush()

@@ -8,7 +8,14 @@ thread once the bridge's first inference is done; new inferences switch to the p
 soon as it is ready and the bridge is dropped when its last inference ends. Nothing loaded is
 thrown away unused.
 
-Every load ends with a **warm-up**: each slot runs one short inference before the backend serves,
+At start the same holds (`load_bridged` with ``wait_for_request=False``): the bridge opens, the
+server turns ready, and the primary loads at once behind it, at the lowest CPU priority, since no
+request is waiting yet to be served first. A primary that fails to load behind the bridge leaves the
+bridge serving: the failure is logged, kept in `primary_error` (shown by ``/v1/info``) and handed
+to `on_primary_failed`; the next load (a restore) tries the primary again.
+
+Every load of OpenVINO ends with a **warm-up** (not ONNX Runtime's: see `WARMED_BACKENDS`): each slot
+runs one short inference before the backend serves,
 so the first request (after start, after a restore, or the first inference of the primary taking
 over from the bridge) does not pay the runtime's first-call costs. The warm-up calls the backend
 directly: it is not counted as served, and it does not count as the bridge's first inference.
@@ -36,6 +43,12 @@ import numpy.typing as npt
 from app.runtime.backends.base import Backend, Inference, Resolved
 
 log = logging.getLogger(__name__)
+
+WARMED_BACKENDS = frozenset({"openvino"})
+"""Backends whose first inference is slow enough to pay a warm-up for. Not ONNX Runtime: measured here
+(bench/results/coldstart-20261201), its 20-token warm-up took 1.0-1.7 s on the bridge (more with 1 thread per
+stream) and the request after it came no sooner than one on a session that had not run; on the path of a
+start or a restore, that second was pure cost."""
 
 PRIMARY_WAIT_S = 5.0
 """Longest wait for the bridge's first inference before the primary starts loading anyway."""
@@ -68,6 +81,10 @@ class LocalRuntime:
         self._stop_loading = False
         self.on_primary: Callable[[Resolved], None] | None = None
         """Called (from the loader thread) when the primary takes over from the bridge."""
+        self.primary_error: str | None = None
+        """Why the primary failed to load behind the bridge (the bridge serves on); None once a load succeeds."""
+        self.on_primary_failed: Callable[[str], None] | None = None
+        """Called (from the loader thread) with `primary_error` when the background load fails."""
 
     @property
     def has_bridge(self) -> bool:
@@ -78,24 +95,32 @@ class LocalRuntime:
         return self._active is not None
 
     @property
+    def bridge_serving(self) -> bool:
+        return self._active is not None and self._active is self.bridge
+
+    @property
     def active_name(self) -> str | None:
         active = self._active
         return active.name if active is not None else None
 
     def load_primary(self) -> Resolved:
-        """Load the primary and serve with it (first start, or a restore without a bridge)."""
+        """Load the primary and serve with it (a start or a restore without a bridge)."""
         self.resolved = self._warm(self.primary, self.primary.load())
+        self.primary_error = None
         with self._lock:
             self._active = self.primary
         return self.resolved
 
-    def load_bridged(self) -> Resolved:
-        """Open the bridge and serve with it now; load the primary in the background."""
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+        """Open the bridge and serve with it now; load the primary in the background, once the bridge has
+        served its first inference when ``wait_for_request`` (a restore: a request is waiting), else at once."""
         assert self.bridge is not None
         opened = self._warm(self.bridge, self.bridge.load())
         with self._lock:
             self._active = self.bridge
         self._bridge_served = threading.Event()
+        if not wait_for_request:
+            self._bridge_served.set()
         self._stop_loading = False
         self._loader = threading.Thread(target=self._load_primary_behind, name="primary-load", daemon=True)
         self._loader.start()
@@ -116,10 +141,14 @@ class LocalRuntime:
             pass
         try:
             resolved = self._warm(self.primary, self.primary.load())
-        except Exception:  # the bridge keeps serving; the next release/restore retries
+        except Exception as exc:  # the bridge keeps serving; the next release/restore retries
             log.exception("primary backend failed to load behind the bridge; the bridge keeps serving")
+            self.primary_error = f"{type(exc).__name__}: {exc}"
+            if self.on_primary_failed is not None:
+                self.on_primary_failed(self.primary_error)
             return
         self.resolved = resolved
+        self.primary_error = None
         with self._lock:
             self._active = self.primary
             idle_bridge = self.bridge is not None and self._users[id(self.bridge)] == 0
@@ -138,7 +167,7 @@ class LocalRuntime:
         another, and the input is short enough that the sum costs little.
         """
         warm_up = self.warm_up
-        if warm_up is None:
+        if warm_up is None or backend.name not in WARMED_BACKENDS:
             return resolved
         start = time.perf_counter()
         # Once per stream: slots that share one session (the bridge, ONNX Runtime defaults) warm together.

@@ -25,6 +25,8 @@ class Load:
     """Load a backend: the primary, or the bridge with the primary loading behind it."""
 
     mode: Literal["primary", "bridged"]
+    wait_for_request: bool = True
+    """Bridged: start the primary's load once the bridge has served a request (a restore), or at once (a start)."""
 
 
 @dataclass(frozen=True)
@@ -94,4 +96,11 @@ class PrimaryReady:
     resolved: Resolved
 
 
-FromChild = Loaded | LoadFailed | Audio | Failed | Files | PrimaryReady
+@dataclass(frozen=True)
+class PrimaryFailed:
+    """The primary failed to load behind the bridge, which serves on (sent unasked)."""
+
+    message: str
+
+
+FromChild = Loaded | LoadFailed | Audio | Failed | Files | PrimaryReady | PrimaryFailed

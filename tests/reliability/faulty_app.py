@@ -3,7 +3,8 @@
 - speed 1.5: every inference fails (the first chunk fails: the error comes before the response starts);
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
 - speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
-Any other speed runs normally. And a load (first load or restore) fails once each time the file named by
+Any other speed runs normally. With ``FAULT_PRIMARY_LOAD=1`` OpenVINO's load always fails (behind the bridge,
+the bridge serves on). And a load (first load or restore) fails once each time the file named by
 ``FAULT_LOAD_FAILS_FILE`` exists (the load deletes it), for the recovery tests.
 The tests start it as ``python -m tests.reliability.faulty_app``.
 The model runs in the inference process (`app.runtime.proxy`), so the faults are injected
@@ -26,6 +27,13 @@ from app.runtime.proxy import ProcessRuntime
 
 # The served path calls infer_timed (infer goes through it too): the faults go there.
 _real_infer = OpenVinoBackend.infer_timed
+_real_load = OpenVinoBackend.load
+
+
+def _faulty_load(self: OpenVinoBackend) -> Resolved:
+    if os.environ.get("FAULT_PRIMARY_LOAD") == "1":
+        raise RuntimeError("injected primary load fault")
+    return _real_load(self)
 
 
 def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, speed: float) -> Any:
@@ -37,18 +45,19 @@ def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, spe
 
 
 def _failing_once(load: Any) -> Any:
-    def faulty_load(self: LocalRuntime) -> Resolved:
+    def faulty_load(self: LocalRuntime, *args: Any, **kwargs: Any) -> Resolved:
         marker = os.environ.get("FAULT_LOAD_FAILS_FILE")
         if marker and Path(marker).exists():
             Path(marker).unlink()
             raise RuntimeError("injected load fault")
-        result: Resolved = load(self)
+        result: Resolved = load(self, *args, **kwargs)
         return result
 
     return faulty_load
 
 
 OpenVinoBackend.infer_timed = _faulty_infer  # type: ignore[method-assign]
+OpenVinoBackend.load = _faulty_load  # type: ignore[method-assign]
 LocalRuntime.load_primary = _failing_once(LocalRuntime.load_primary)  # type: ignore[method-assign]
 LocalRuntime.load_bridged = _failing_once(LocalRuntime.load_bridged)  # type: ignore[method-assign]
 ProcessRuntime.child_module = "tests.reliability.faulty_inference"

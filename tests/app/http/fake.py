@@ -30,6 +30,7 @@ class FakeRuntime:
         self.slots = slots
         self.resolved: Resolved | None = None
         self.served: Counter[str] = Counter()
+        self.primary_error: str | None = None
         self.loads = 0
         self.gate: threading.Event | None = None
         self.started = threading.Event()
@@ -50,6 +51,10 @@ class FakeRuntime:
     def has_bridge(self) -> bool:
         return False
 
+    @property
+    def bridge_serving(self) -> bool:
+        return False
+
     def load_primary(self) -> Resolved:
         self.loads += 1
         self._loaded = True
@@ -57,7 +62,8 @@ class FakeRuntime:
                                  precision="f32", load_s=0.0, from_cache=None)
         return self.resolved
 
-    load_bridged = load_primary
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+        return self.load_primary()
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:

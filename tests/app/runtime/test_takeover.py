@@ -1,0 +1,153 @@
+"""The fast form serves first, the primary takes over behind it (`app.runtime.local`), with backends that
+block on demand: the switch with inferences in flight loses and cuts none, and a primary that fails to
+load leaves the bridge serving, logged and reported. The real model's switch: tests/app/test_coldstart.py."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from app.runtime.backends.base import Resolved
+from app.runtime.local import LocalRuntime
+from app.runtime.spec import Spec
+from app.settings import Settings
+from app.sizing import PoolShape
+
+STYLE = np.zeros((1, 256), dtype=np.float32)
+
+
+class Backend:
+    """Audio that names its maker (every sample is ``mark``); ``gate`` holds each inference, ``loading`` the load."""
+
+    def __init__(self, name: str, mark: float, *, fail_load: bool = False) -> None:
+        self.name = name
+        self.mark = mark
+        self.fail_load = fail_load
+        self.gate = threading.Event()
+        self.gate.set()
+        self.loading = threading.Event()
+        self.loading.set()
+        self.running = 0
+        self.unloaded_while_running = False
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded
+
+    def load(self) -> Resolved:
+        self.loading.wait(10)
+        if self.fail_load:
+            raise RuntimeError("injected primary load failure")
+        self._loaded = True
+        return Resolved(self.name, 2, 2, 2, "f32", 0.0, None)
+
+    def unload(self) -> None:
+        with self._lock:
+            self.unloaded_while_running |= self.running > 0
+        self._loaded = False
+
+    def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+              speed: float) -> npt.NDArray[np.float32]:
+        assert self._loaded, f"{self.name} ran unloaded"
+        with self._lock:
+            self.running += 1
+        try:
+            self.gate.wait(10)
+            return np.full(600 * tokens.shape[1], self.mark, dtype=np.float32)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def files(self) -> list[Path]:
+        return []
+
+
+def tokens(n: int) -> npt.NDArray[np.int64]:
+    return np.zeros((1, n), dtype=np.int64)
+
+
+def wait_until(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_the_switch_with_inferences_in_flight_loses_and_cuts_none() -> None:
+    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
+    primary.loading.clear()
+    bridge.gate.clear()  # the bridge's inferences hold until the primary has taken over
+    runtime = LocalRuntime(primary, bridge)
+    runtime.load_bridged(wait_for_request=False)  # as at start: the primary loads at once, behind
+    with ThreadPoolExecutor(4) as pool:
+        in_flight = [pool.submit(runtime.infer_named, slot % 2, tokens(10 + slot), STYLE, 1.0) for slot in range(3)]
+        wait_until(lambda: bridge.running == 3)
+        primary.loading.set()
+        wait_until(lambda: runtime.active_name == "openvino")
+        assert bridge.loaded  # three inferences still run on it: it stays until the last ends
+        after = [pool.submit(runtime.infer_named, 0, tokens(7), STYLE, 1.0) for _ in range(2)]
+        assert [f.result(5)[1] for f in after] == ["openvino", "openvino"]
+        bridge.gate.set()
+        results = [f.result(5) for f in in_flight]
+    # Every inference begun on the bridge finished there, whole, after the switch.
+    for n, (audio, name) in enumerate(results):
+        assert name == "onnxruntime" and len(audio) == 600 * (10 + n) and np.all(audio == 2.0)
+    wait_until(lambda: not bridge.loaded)  # dropped by the last inference that used it
+    assert not bridge.unloaded_while_running
+    assert runtime.served == {"onnxruntime": 3, "openvino": 2}
+    assert runtime.primary_error is None
+
+
+def test_at_a_restore_the_primary_waits_for_the_bridge_to_serve_first() -> None:
+    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    runtime.load_bridged()
+    time.sleep(0.2)
+    assert not primary.loaded and runtime.active_name == "onnxruntime"
+    runtime.infer(0, tokens(5), STYLE, 1.0)
+    wait_until(lambda: runtime.active_name == "openvino")
+    runtime.unload()
+
+
+def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
+        caplog: pytest.LogCaptureFixture) -> None:
+    primary, bridge = Backend("openvino", 1.0, fail_load=True), Backend("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    reported: list[str] = []
+    runtime.on_primary_failed = reported.append
+    with caplog.at_level(logging.ERROR, logger="app.runtime.local"):
+        runtime.load_bridged(wait_for_request=False)
+        wait_until(lambda: runtime.primary_error is not None)
+    assert runtime.primary_error == "RuntimeError: injected primary load failure"
+    assert reported == [runtime.primary_error]
+    assert "failed to load behind the bridge" in caplog.text
+    for _ in range(3):
+        audio, name = runtime.infer_named(0, tokens(4), STYLE, 1.0)
+        assert name == "onnxruntime" and np.all(audio == 2.0)
+    assert runtime.active_name == "onnxruntime" and bridge.loaded
+    runtime.unload()
+    primary.fail_load = False
+    runtime.load_primary()  # the next load tries the primary again, and clears the report
+    assert runtime.primary_error is None and runtime.active_name == "openvino"
+
+
+@pytest.mark.parametrize(("settings", "streams", "bridged"), [
+    (Settings(backend="openvino"), 2, True),
+    (Settings(backend="openvino"), 1, True),
+    (Settings(backend="onnxruntime"), 2, True),  # one session of 2 threads before two of 1
+    (Settings(backend="onnxruntime"), 1, False),  # the bridge would be the primary again
+    (Settings(backend="onnxruntime", runtime_defaults=True), 2, False),  # one shared session already
+    (Settings(backend="openvino", restore_bridge=False), 2, False),
+])
+def test_which_primaries_get_the_bridge_in_front(settings: Settings, streams: int, bridged: bool) -> None:
+    spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
+    assert spec.has_bridge is bridged

@@ -1,0 +1,62 @@
+"""A new instance speaks from the fast form (the ONNX Runtime bridge) while the primary loads behind it
+(`app.runtime.local`), on the real model and a real server. The switch with requests in flight, and a
+failed background load, with blocking fakes: tests/app/runtime/test_takeover.py."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from app.runtime.outputcheck import check_chunk
+from tests.conftest import LiveServer, live_server, until_primary
+
+TEXT = "Welcome back."
+
+
+def speak(server: LiveServer) -> np.ndarray:
+    response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
+                          json={"input": TEXT, "voice": "jf_alpha", "response_format": "pcm"})
+    assert response.status_code == 200, response.text
+    return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32767
+
+
+def info(server: LiveServer) -> dict[str, object]:
+    found: dict[str, object] = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+    return found
+
+
+def test_the_first_request_after_start_is_served_by_the_bridge_and_passes_the_output_check(
+        cache_dir: Path, tmp_path: Path) -> None:
+    with live_server(cache_dir, tmp_path, primary=False, quiet_window_s="0") as server:
+        first = speak(server)  # sent the moment /readyz turned 200
+        served = info(server)
+        assert served["inferences_by_backend"] == {"onnxruntime": 1}, served  # before OpenVINO served any
+        assert served["backend"] == "openvino" and served["primary_error"] is None
+        after = until_primary(lambda: info(server))
+        assert after["active_backend"] == "openvino" and after["primary_error"] is None
+        primary = speak(server)
+        assert info(server)["inferences_by_backend"] == {"onnxruntime": 1, "openvino": 1}
+        check = check_chunk("welcome", primary, first)  # the benchmark's output check, OpenVINO as reference
+        assert check.passed, check
+    assert "primary backend took over from the bridge" in server.log()
+
+
+def test_a_primary_that_fails_to_load_leaves_the_bridge_serving_logged_and_in_info(
+        cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAULT_PRIMARY_LOAD", "1")  # inherited by the server and its inference process
+    with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0") as server:
+        found = info(server)  # live_server waited for the primary: it failed instead
+        assert "injected primary load fault" in str(found["primary_error"])
+        assert found["active_backend"] == "onnxruntime"
+        for _ in range(2):
+            assert len(speak(server)) > 12000
+        assert info(server)["inferences_by_backend"] == {"onnxruntime": 2}
+        assert httpx.get(f"{server.url}/readyz").status_code == 200
+        deadline = time.monotonic() + 10
+        while "failed to load behind the bridge" not in server.log():
+            assert time.monotonic() < deadline, server.log()[-2000:]
+            time.sleep(0.1)
