@@ -131,7 +131,8 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
                         threads_per_stream=0 if job.tuned_dir else job.threads_per_stream,
                         runtime_defaults=job.runtime_defaults, model_path=job.model_path,
                         compile_cache=job.compile_cache, cache_dir=job.cache_dir,
-                        inference_process=False)  # CPU time is read from this process
+                        inference_process=False,  # CPU time is read from this process
+                        start_bridge=False, restore_bridge=False)  # the form measured, not the bridge
     engine, _ = build_engine(settings, read_budget())
     parts = engine.restore()
     assert engine.resolved is not None

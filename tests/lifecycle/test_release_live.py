@@ -59,6 +59,7 @@ def private_cache(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 def windowed(private_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """Quiet window of 3 s, OpenVINO only (no bridge), so restores are OpenVINO cache imports."""
     with live_server(private_cache, tmp_path_factory.mktemp("logs"), quiet_window_s="3", restore_bridge="0",
+                     start_bridge="0",
                      admin_token="admin-secret") as s:
         yield s
 

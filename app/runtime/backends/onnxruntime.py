@@ -111,8 +111,11 @@ class OnnxRuntimeBackend:
             opts.optimized_model_filepath = str(partial)
             session = ort.InferenceSession(str(self._model_path), sess_options=opts, providers=providers)
             os.replace(partial, optimized)  # whole or not at all
-        except OSError as exc:  # read-only or full: serve unoptimized-at-rest, as before
-            log.warning("could not save the optimized graph to %s (%s)", optimized, exc)
+        except Exception as exc:  # noqa: BLE001 - read-only or full: serve unoptimized-at-rest, as before
+            # ONNX Runtime reports a failed save (a full disk) as its own InvalidProtobuf, not OSError; a model
+            # that cannot load at all fails again just below, and that error is raised.
+            log.warning("could not save the optimized graph to %s (%s)", optimized,
+                        str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__)
             partial.unlink(missing_ok=True)
             opts = options()
             session = ort.InferenceSession(str(self._model_path), sess_options=opts, providers=providers)

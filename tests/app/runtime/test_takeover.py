@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app.runtime.backends.base import Resolved
+from app.runtime.backends.base import Inference, Resolved
 from app.runtime.local import LocalRuntime
 from app.runtime.spec import Spec
 from app.settings import Settings
@@ -67,6 +67,10 @@ class Backend:
             with self._lock:
                 self.running -= 1
 
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        return Inference(self.infer(slot, tokens, style, speed))
+
     def files(self) -> list[Path]:
         return []
 
@@ -99,7 +103,8 @@ def test_the_switch_with_inferences_in_flight_loses_and_cuts_none() -> None:
         bridge.gate.set()
         results = [f.result(5) for f in in_flight]
     # Every inference begun on the bridge finished there, whole, after the switch.
-    for n, (audio, name) in enumerate(results):
+    for n, (inference, name) in enumerate(results):
+        audio = inference.audio
         assert name == "onnxruntime" and len(audio) == 600 * (10 + n) and np.all(audio == 2.0)
     wait_until(lambda: not bridge.loaded)  # dropped by the last inference that used it
     assert not bridge.unloaded_while_running
@@ -131,7 +136,8 @@ def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
     assert reported == [runtime.primary_error]
     assert "failed to load behind the bridge" in caplog.text
     for _ in range(3):
-        audio, name = runtime.infer_named(0, tokens(4), STYLE, 1.0)
+        inference, name = runtime.infer_named(0, tokens(4), STYLE, 1.0)
+        audio = inference.audio
         assert name == "onnxruntime" and np.all(audio == 2.0)
     assert runtime.active_name == "onnxruntime" and bridge.loaded
     runtime.unload()
