@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import shlex
-import signal
 import statistics
 import subprocess
 import sys
@@ -37,7 +36,8 @@ import httpx
 from app import package_data
 from app.runtime import modelfile
 from bench import machine
-from bench.server import environment, free_port
+from bench.server import environment, free_port, terminate
+from bench.server import progress as _progress
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +149,7 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
                 cycles.append({"first_audio_s": released_s, "parts": parts})
                 _wait_primary(http)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        terminate(process, 30)
     return {"ready_s": ready_s, "first_audio_s": first_s, "bytes": received, "start_parts": start_parts,
             "spawned_unix": spawned_unix, "log": str(log_path),
             "first_served_by": served_first, "backend": info.get("backend"), "engine": info.get("engine", {}),
@@ -280,10 +274,6 @@ def render(results: dict[str, Any]) -> str:
                          f"{r['first_audio_s']:.2f} s [{_parts(r['start_parts'])}]; released → first audio "
                          f"{cycles or 'n/a'}")
     return "\n".join(lines) + "\n"
-
-
-def _progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:

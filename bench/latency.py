@@ -35,6 +35,7 @@ from bench import corpus as corpus_mod
 from bench.configs import ServerConfig
 from bench.meter import files_under
 from bench.server import Server
+from bench.server import progress as _progress
 from lifecycle.pagecache import evict
 
 log = logging.getLogger(__name__)
@@ -215,10 +216,6 @@ def render(results: dict[str, Any]) -> str:
 
 def _f(value: Any) -> str:
     return "n/a" if not isinstance(value, (int, float)) or value != value else f"{value:.2f}"
-
-
-def _progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:

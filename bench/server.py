@@ -74,6 +74,26 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path, *, ti
             time.sleep(poll_s)
 
 
+def terminate(process: subprocess.Popen[bytes], timeout_s: float = 30.0) -> bool:
+    """SIGTERM (a server drains), then SIGKILL if it has not exited within ``timeout_s``; True if it had to
+    be killed."""
+    if process.poll() is not None:
+        return False
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        return True
+
+
+def progress(message: str) -> None:
+    """A command's progress line on stderr, with the wall-clock time (a long run must show where it is)."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
 def _tail(log_path: Path, chars: int = 3000) -> str:
     try:
         return f"the end of {log_path}:\n{log_path.read_text(errors='replace')[-chars:]}"
@@ -144,15 +164,8 @@ class Server:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM, then SIGKILL after ``timeout_s``; then remove the cgroup."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning("%s ignored SIGTERM for %.0f s; killing it", self.label, timeout_s)
-                process.kill()
-                process.wait()
+        if self._process is not None and terminate(self._process, timeout_s):
+            log.warning("%s ignored SIGTERM for %.0f s; killed it", self.label, timeout_s)
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None

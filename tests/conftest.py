@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.server import free_port, launch, wait_ready
+from bench.server import free_port, launch, terminate, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,13 +92,7 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
 
 def stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM (the server drains), then SIGKILL if it has not exited within 30 s."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    terminate(process, 30)
 
 
 @pytest.fixture(scope="session")
