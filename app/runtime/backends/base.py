@@ -84,3 +84,10 @@ def package_dirs(package: str) -> list[Path]:
     if spec is None or not spec.submodule_search_locations:
         return []
     return [Path(p) for p in spec.submodule_search_locations]
+
+
+def last_line(exc: BaseException, limit: int = 200) -> str:
+    """The last line of a runtime's error (native runtimes put the cause there, after pages of context), or the
+    exception's type where it has no text: for one-line log messages."""
+    text = str(exc).strip()
+    return text.splitlines()[-1][:limit] if text else type(exc).__name__

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.runtime import cpu, timed
-from app.runtime.backends.base import Inference, Resolved, package_dirs
+from app.runtime.backends.base import Inference, Resolved, last_line, package_dirs
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class OnnxRuntimeBackend:
                 return ort.InferenceSession(str(optimized), sess_options=opts, providers=providers)
             except Exception as exc:  # damaged or foreign: optimize again from the model below
                 log.warning("could not open the optimized graph %s (%s); optimizing the model again", optimized,
-                            str(exc).strip().splitlines()[-1][:200])
+                            last_line(exc))
         opts = options()
         partial = optimized.with_name(f".{optimized.name}.{os.getpid()}")
         try:
@@ -114,8 +114,7 @@ class OnnxRuntimeBackend:
         except Exception as exc:  # noqa: BLE001 - read-only or full: serve unoptimized-at-rest, as before
             # ONNX Runtime reports a failed save (a full disk) as its own InvalidProtobuf, not OSError; a model
             # that cannot load at all fails again just below, and that error is raised.
-            log.warning("could not save the optimized graph to %s (%s)", optimized,
-                        str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__)
+            log.warning("could not save the optimized graph to %s (%s)", optimized, last_line(exc))
             partial.unlink(missing_ok=True)
             opts = options()
             session = ort.InferenceSession(str(self._model_path), sess_options=opts, providers=providers)

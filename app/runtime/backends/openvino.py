@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.runtime import timed
-from app.runtime.backends.base import Inference, Resolved, package_dirs
+from app.runtime.backends.base import Inference, Resolved, last_line, package_dirs
 from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class OpenVinoBackend:
                     raise
                 after = attempts[number + 1][0]
                 log.warning("compiling with CACHE_DIR=%s failed (%s); trying again %s", cache,
-                            str(exc).strip().splitlines()[-1][:200], f"in {after}, emptied" if after else "uncached")
+                            last_line(exc), f"in {after}, emptied" if after else "uncached")
                 continue
             self._cache_dir = cache  # later restores use the directory that worked
             return core, compiled
