@@ -35,13 +35,14 @@ def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None
     return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir)
 
 
-def unlisted_files(model_path: Path, writable: Path, configured: Path, baked: Path | None) -> list[Path]:
-    """Every file an inference process may have read, listed or not: the model, and what lies under
-    each backend's `page_cache_roots` (both backends: the bridge is ONNX Runtime)."""
+def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: Path | None) -> list[Path]:
+    """Every file an inference process may have read, listed or not: the models (the served copy, and the
+    export it was made from, which the bridge loads), and what lies under each backend's
+    `page_cache_roots` (both backends: the bridge is ONNX Runtime)."""
     from app.runtime.backends import onnxruntime, openvino
 
     roots = openvino.page_cache_roots(writable, configured, baked) + onnxruntime.page_cache_roots(writable)
-    found = [model_path]
+    found = list(dict.fromkeys(models))
     for root in dict.fromkeys(roots):
         if root.is_dir():
             found.extend(p for p in root.rglob("*") if p.is_file())
