@@ -98,8 +98,10 @@ def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:
     return source, modelfile.expected_sha256() if settings.model_path is None else settings.model_sha256.lower()
 
 
-WARM_UP_PHONEMES = "wˈɔɹm ˈʌp ðə stɹˈim."
-"""What every slot runs once after a load (20 tokens, about 1.5 s of speech)."""
+WARM_UP_PHONEMES = "wˈɔɹm."
+"""What every slot runs once after a load (6 tokens). The first-call cost it pays is about 1 s per slot whatever
+the length: after 3 tokens the next request was as fast as a warm one (0.95x), as after 20 tokens (1.00x),
+for half the warm-up (2.4 s against 4.4 s for two slots; without one, 1.26x): bench/results/warmup-20261201."""
 
 
 def _warm_up(vocab: Vocab, voice: Voice) -> WarmUp:

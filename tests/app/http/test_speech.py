@@ -20,6 +20,9 @@ from tests.conftest import until_primary
 
 SHORT = "Hello there."
 LONGER = "Hello there. This one is longer, so its audio is too."
+TWO_CHUNKS = "Hello there. See you again soon, friend."
+"""Two model chunks (the rest after the first sentence is over 10 tokens), half of LONGER's audio: the format
+tests stream both through each encoder."""
 
 
 @pytest.fixture(scope="module")
@@ -90,20 +93,20 @@ def test_british_lang_code(client: TestClient) -> None:
 
 
 @pytest.fixture(scope="module")
-def longer_samples(client: TestClient) -> int:
-    """The exact length of LONGER's audio, synthesized once for every format (the same request is
+def two_chunk_samples(client: TestClient) -> int:
+    """The exact length of TWO_CHUNKS's audio, synthesized once for every format (the same request is
     bit-identical each time: test_same_request_same_audio_twice_and_under_concurrency)."""
-    return len(speak(client, LONGER, stream=False))
+    return len(speak(client, TWO_CHUNKS, stream=False))
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "flac", "mp3", "opus", "aac"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: TestClient, longer_samples: int,
+def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: TestClient, two_chunk_samples: int,
                                                                       fmt: str, stream: bool) -> None:
     from tests.app.test_audio import EXACT, decode_with_ffmpeg, decode_with_soundfile
 
-    exact = longer_samples
-    response = client.post("/v1/audio/speech", json={"input": LONGER, "voice": "jf_alpha", "response_format": fmt,
+    exact = two_chunk_samples
+    response = client.post("/v1/audio/speech", json={"input": TWO_CHUNKS, "voice": "jf_alpha", "response_format": fmt,
                                                      "stream": stream})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith(("audio/", "application/"))
