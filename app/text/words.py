@@ -72,11 +72,14 @@ def of_phonemes(phonemes: str) -> list[Word]:
     return words
 
 
-def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vocab) -> list[tuple[Placed, ...]]:
+def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vocab, *,
+          skip: int = 0) -> list[tuple[Placed, ...]]:
     """For each chunk, the words that start in it, as ranges of its model tokens (``vocab.ids(chunk)``).
 
-    A word cut across two chunks (longer than a chunk) ends with the first. A word none of whose
-    characters is in the vocabulary has no tokens and is left out."""
+    ``chunks`` start after the first ``skip`` non-whitespace characters of ``phonemes`` (the chunks before
+    them, for a chunk cut while the request streams); words that start there are left out. A word cut
+    across two chunks (longer than a chunk) ends with the first. A word none of whose characters is in
+    the vocabulary has no tokens and is left out."""
     # Where the k-th non-whitespace character of the phoneme string went: its chunk, the chunk's model tokens
     # before it, and whether it is a model token itself.
     where: list[tuple[int, int, bool]] = []
@@ -92,8 +95,9 @@ def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vo
     placed: list[list[Placed]] = [[] for _ in chunks]
     dense = _dense_index(phonemes)
     for word in words:
-        first, last = dense[min(word.start, len(phonemes))], dense[min(word.end, len(phonemes))] - 1
-        if first >= len(where) or last < first:
+        first = dense[min(word.start, len(phonemes))] - skip
+        last = dense[min(word.end, len(phonemes))] - 1 - skip
+        if first < 0 or first >= len(where) or last < first:
             continue
         number, start, _ = where[first]
         end_number, before, known = where[min(last, len(where) - 1)]
