@@ -135,14 +135,16 @@ class Engine:
         phonemes, rest = chunker.first(plan.phonemes, first_limit, self.max_chunk_tokens)
         bound = first_limit
         skip = 0  # non-whitespace characters of the chunks before this one, to place its words
+        dense = words.dense_index(plan.phonemes) if plan.spoken else []
         sent = 0
         with self.pool.playback() as clock:
             while phonemes:
                 ids = self.vocab.ids(phonemes)
-                placed = words.place(plan.phonemes, plan.spoken, [phonemes, rest], self.vocab, skip=skip)[0]
+                placed = words.place(plan.phonemes, plan.spoken, [phonemes], self.vocab, skip=skip,
+                                     dense=dense)[0] if plan.spoken else ()
                 skip += sum(not c.isspace() for c in phonemes)
                 if ids:
-                    last = not self.vocab.ids(rest)
+                    last = not any(self.vocab.known(c) for c in rest)
                     tokens = np.array([[0, *ids, 0]], dtype=np.int64)
                     style = plan.voice.style_for(len(ids))
                     # The pause a join keeps is spoken at the request's speed, like the model's own.

@@ -73,11 +73,12 @@ def of_phonemes(phonemes: str) -> list[Word]:
 
 
 def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vocab, *,
-          skip: int = 0) -> list[tuple[Placed, ...]]:
+          skip: int = 0, dense: Sequence[int] | None = None) -> list[tuple[Placed, ...]]:
     """For each chunk, the words that start in it, as ranges of its model tokens (``vocab.ids(chunk)``).
 
     ``chunks`` start after the first ``skip`` non-whitespace characters of ``phonemes`` (the chunks before
-    them, for a chunk cut while the request streams); words that start there are left out. A word cut
+    them, for a chunk cut while the request streams); words that start there are left out. ``dense`` is
+    `dense_index` of ``phonemes``, where the caller places chunk after chunk of one string. A word cut
     across two chunks (longer than a chunk) ends with the first. A word none of whose characters is in
     the vocabulary has no tokens and is left out."""
     # Where the k-th non-whitespace character of the phoneme string went: its chunk, the chunk's model tokens
@@ -93,7 +94,7 @@ def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vo
             tokens += known
         sizes.append(tokens)
     placed: list[list[Placed]] = [[] for _ in chunks]
-    dense = _dense_index(phonemes)
+    dense = dense_index(phonemes) if dense is None else dense
     for word in words:
         first = dense[min(word.start, len(phonemes))] - skip
         last = dense[min(word.end, len(phonemes))] - 1 - skip
@@ -107,7 +108,7 @@ def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vo
     return [tuple(p) for p in placed]
 
 
-def _dense_index(phonemes: str) -> list[int]:
+def dense_index(phonemes: str) -> list[int]:
     """For each position of ``phonemes`` (and one past its end), how many non-whitespace characters precede it."""
     out = [0] * (len(phonemes) + 1)
     count = 0
