@@ -2,7 +2,9 @@
 
 `Engine.plan` checks and prepares a request (voice, phonemes, chunks) before any byte of the
 response is sent, so a bad request gets a clean 4xx instead of a broken 200. `Engine.stream`
-then runs one pool inference per chunk and yields each chunk's audio as soon as it exists.
+then runs one pool inference per chunk and yields each chunk's audio as soon as it exists; each
+later chunk is cut when it is due, as long as its request's playback slack allows
+(`app.pool.Playback.chunk_bound`).
 
 The engine is also what the lifecycle releases and restores (`release`, `restore`, `files`):
 it satisfies `lifecycle.protocol.Reclaimable` without knowing the lifecycle exists.
@@ -49,9 +51,12 @@ class Plan:
     voice: Voice
     speed: float
     chunks: tuple[str, ...]
-    """Phoneme strings, each at most 510 tokens."""
-    words: tuple[tuple[words.Placed, ...], ...] = ()
-    """Per chunk, the words that start in it and their model tokens (`app.text.words`); empty when unknown."""
+    """Phoneme strings, each at most 510 tokens, as the doubling rule cuts them (`app.text.chunker.chunk`);
+    what is streamed, unless later chunks are sized from the playback clock."""
+    phonemes: str = ""
+    """The whole phoneme string the chunks are cut from."""
+    spoken: tuple[words.Word, ...] = ()
+    """The words read and their spans in ``phonemes`` (`app.text.words`); empty when unknown."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,8 @@ class Spoken:
 class Engine:
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
-                 release_frontend: bool, choice: EngineChoice | None = None, timestamps: bool = False,
-                 start_bridge: bool = False) -> None:
+                 release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
+                 timestamps: bool = False, start_bridge: bool = False) -> None:
         self.runtime = runtime
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
@@ -80,6 +85,8 @@ class Engine:
         self.default_lang = default_lang
         self.first_chunk_tokens = first_chunk_tokens
         self.max_chunk_tokens = max_chunk_tokens
+        self.slack_chunks = slack_chunks
+        """Size later chunks from the playback clock (`app.pool.Playback.chunk_bound`), else double each bound."""
         self.release_frontend = release_frontend
         self.start_bridge = start_bridge
         """Open the bridge at the first load too, not only at restores (`app.runtime.local`)."""
@@ -100,12 +107,10 @@ class Engine:
             accent = lang or ("en-gb" if resolved.british else self.default_lang)
             phoneme_text, spoken = self.frontend.phonemize_words(text, accent)
         chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens)
-        placed = words.place(phoneme_text, spoken, chunks, self.vocab)
-        kept = [n for n, c in enumerate(chunks) if self.vocab.ids(c)]
+        kept = tuple(c for c in chunks if self.vocab.ids(c))
         if not kept:
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
-        return Plan(voice=resolved, speed=speed, chunks=tuple(chunks[n] for n in kept),
-                    words=tuple(placed[n] for n in kept))
+        return Plan(voice=resolved, speed=speed, chunks=kept, phonemes=phoneme_text, spoken=tuple(spoken))
 
     async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
         """Audio of each chunk in order (`stream_timed` without the word timings)."""
@@ -122,24 +127,42 @@ class Engine:
         The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
         moment this generator resumes is when that audio left: the playback clock starts there
         and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
+        That is also when a later chunk is cut: its bound twice the one before (`app.text.chunker.chunk`,
+        so the chunks are ``plan.chunks``), or, with ``slack_chunks`` once the pool has measured its speed,
+        as many tokens as the pool infers in the request's slack.
         """
-        last = len(plan.chunks) - 1
+        first_limit = min(self.first_chunk_tokens, self.max_chunk_tokens)
+        phonemes, rest = chunker.first(plan.phonemes, first_limit, self.max_chunk_tokens)
+        bound = first_limit
+        skip = 0  # non-whitespace characters of the chunks before this one, to place its words
+        dense = words.dense_index(plan.phonemes) if plan.spoken else []
         sent = 0
         with self.pool.playback() as clock:
-            for index, phonemes in enumerate(plan.chunks):
+            while phonemes:
                 ids = self.vocab.ids(phonemes)
-                tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-                style = plan.voice.style_for(len(ids))
-                # The pause a join keeps is spoken at the request's speed, like the model's own.
-                pause_s = None if index == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
-                audio, cut, durations = await self.pool.run(
-                    functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                    clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]))
-                heard = None if durations is None else tuple(timestamps.word_times(
-                    plan.words[index] if plan.words else (), durations, cut=cut, kept=len(audio), offset=sent))
-                yield Spoken(audio, heard)
-                sent += len(audio)
-                clock.sent(_audio_s(audio))
+                placed = words.place(plan.phonemes, plan.spoken, [phonemes], self.vocab, skip=skip,
+                                     dense=dense)[0] if plan.spoken else ()
+                skip += sum(not c.isspace() for c in phonemes)
+                if ids:
+                    last = not any(self.vocab.known(c) for c in rest)
+                    tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+                    style = plan.voice.style_for(len(ids))
+                    # The pause a join keeps is spoken at the request's speed, like the model's own.
+                    pause_s = None if last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
+                    audio, cut, durations = await self.pool.run(
+                        functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
+                        clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]))
+                    heard = None if durations is None else tuple(timestamps.word_times(
+                        placed, durations, cut=cut, kept=len(audio), offset=sent))
+                    yield Spoken(audio, heard)
+                    sent += len(audio)
+                    clock.sent(_audio_s(audio))
+                if not rest:
+                    return
+                doubled = min(self.max_chunk_tokens, bound * 2)
+                bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=self.max_chunk_tokens)
+                         if self.slack_chunks else doubled)
+                phonemes, rest = chunker.take(rest, bound)
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                speed: float, pause_s: float | None

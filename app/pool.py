@@ -25,6 +25,9 @@ Contract:
   playing (first audio sent, synthesis not finished) would need more than ``realtime_factor`` ×
   that capacity at 1x; it starts when one of them finishes. The wait counts against the bounded
   queue, so beyond it new requests get 429.
+- Chunk sizes from the same clock: `Playback.chunk_bound` gives a request's next later chunk as many
+  tokens as the pool infers (at its measured seconds per token) in that request's slack, between the
+  first chunk's bound and the largest chunk; the engine cuts the chunk when it is due (`app.engine`).
 """
 
 from __future__ import annotations
@@ -73,6 +76,27 @@ class Playback:
         played_out = self.started + self.sent_s
         return played_out - self.pool.margin_s - tokens * self.pool.seconds_per_token
 
+    def slack_s(self) -> float:
+        """Seconds until the listener runs dry, less the margin: audio sent minus playback elapsed (0 before
+        the first audio); negative once the next chunk can no longer arrive in time."""
+        if self.started is None:
+            return 0.0
+        return self.started + self.sent_s - time.monotonic() - self.pool.margin_s
+
+    def chunk_bound(self, fallback: int, *, floor: int, ceiling: int) -> int:
+        """Token bound for this request's next later chunk: as many tokens as the pool infers in the slack.
+
+        A request with seconds of audio buffered gets a long chunk (fewer inferences, each paying its
+        fixed part once, and longer stretches of natural prosody); one near its deadline a short one,
+        never shorter than ``floor`` (the first chunk's bound: below it the fixed part of every
+        inference costs more than the deadline gains) nor longer than ``ceiling``. ``fallback`` until
+        the pool has measured its speed, or before the first audio.
+        """
+        per_token = self.pool.measured_seconds_per_token
+        if per_token is None or self.started is None:
+            return fallback
+        return max(floor, min(ceiling, int(self.slack_s() / per_token)))
+
     def sent(self, audio_s: float) -> None:
         """Record that ``audio_s`` seconds of audio have left; the first call starts the clock."""
         if self.started is None:
@@ -111,6 +135,7 @@ class StreamPool:
         self._arrivals = itertools.count()
         self.seconds_per_token = 0.0
         """Average inference seconds per token (0 until measured); prices a chunk in `Playback.due`."""
+        self._priced = 0
         self._audio_per_s = 0.0
         self._observed = 0
         self.granted = {"first": 0, "later": 0}
@@ -140,6 +165,13 @@ class StreamPool:
     def playing(self) -> int:
         """Requests whose first audio has left and whose synthesis has not ended."""
         return self._playing
+
+    @property
+    def measured_seconds_per_token(self) -> float | None:
+        """`seconds_per_token` once `MIN_OBSERVED` inferences have priced it; None until then."""
+        if self._priced < MIN_OBSERVED or self.seconds_per_token <= 0:
+            return None
+        return self.seconds_per_token
 
     @property
     def realtime_capacity(self) -> float | None:
@@ -272,6 +304,7 @@ class StreamPool:
             return
         if tokens > 0:
             self.seconds_per_token = _average(self.seconds_per_token, seconds / tokens)
+            self._priced += 1
         if audio_s > 0:
             self._audio_per_s = _average(self._audio_per_s, audio_s / seconds)
             self._observed += 1

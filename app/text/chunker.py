@@ -37,44 +37,62 @@ _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
 
 def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
     """Chunks of ``phonemes``: the first at most ``first_max`` characters (or the whole first sentence, where
-    cutting it there would leave a rest shorter than `MIN_REST`), later ones up to ``max_tokens``."""
+    cutting it there would leave a rest shorter than `MIN_REST`), later ones up to ``max_tokens``, each bound
+    twice the one before (the rule when nothing tells how long a later chunk may be)."""
     max_tokens = min(max_tokens, MODEL_MAX_TOKENS)
-    first_limit = min(first_max, max_tokens)
+    head, rest = first(phonemes, first_max, max_tokens)
+    if not head:
+        return []
+    out = [head]
+    limit = min(first_max, max_tokens)
+    while rest:
+        limit = min(max_tokens, limit * 2)
+        piece, rest = take(rest, limit)
+        out.append(piece)
+    return out
+
+
+def first(phonemes: str, first_max: int, max_tokens: int) -> tuple[str, str]:
+    """A request's first chunk (empty where there is nothing but whitespace) and the text left after it."""
+    max_tokens = min(max_tokens, MODEL_MAX_TOKENS)
     sentences = [p for p in _SENTENCE.split(phonemes.strip()) if p]
     if not sentences:
-        return []
-    head, rest = _head(sentences[0], first_limit)
+        return "", ""
+    head, rest = _head(sentences[0], min(first_max, max_tokens))
     if rest and len(rest) < MIN_REST and len(sentences[0]) <= max_tokens:
         head, rest = sentences[0], ""
-    out = [head]
-    pending = deque(([rest] if rest else []) + sentences[1:])
-    limit = min(max_tokens, first_limit * 2)
+    return head, " ".join(([rest] if rest else []) + sentences[1:])
+
+
+def take(text: str, limit: int) -> tuple[str, str]:
+    """The next later chunk of ``text`` within ``limit`` characters, and the text left after it.
+
+    Whole sentences while they fit; a sentence longer than the chunk is split at clauses, else at words,
+    and a single word longer than a chunk is cut. Called once per chunk, with whatever bound that chunk
+    gets (`chunk` doubles it; the engine may size it from the playback clock)."""
+    limit = max(1, min(limit, MODEL_MAX_TOKENS))
+    pending = deque(p for p in _SENTENCE.split(text.strip()) if p)
     current = ""
     while pending:
         piece = pending.popleft()
         if len(piece) > limit:
             if current:
-                out.append(current)
-                current, limit = "", min(max_tokens, limit * 2)
                 pending.appendleft(piece)
-                continue
+                break
             parts = _split_finer(piece)
             if len(parts) > 1:
                 pending.extendleft(reversed(parts))
-            else:  # one word longer than a chunk: cut it, never drop it
-                out.append(piece[:limit])
-                pending.appendleft(piece[limit:])
-                limit = min(max_tokens, limit * 2)
-            continue
+                continue
+            # One word longer than a chunk: cut it, never drop it.
+            current = piece[:limit]
+            pending.appendleft(piece[limit:])
+            break
         joined = f"{current} {piece}" if current else piece
-        if len(joined) <= limit:
-            current = joined
-        else:
-            out.append(current)
-            current, limit = piece, min(max_tokens, limit * 2)
-    if current:
-        out.append(current)
-    return out
+        if len(joined) > limit:
+            pending.appendleft(piece)
+            break
+        current = joined
+    return current, " ".join(p for p in pending if p)
 
 
 def _head(sentence: str, limit: int) -> tuple[str, str]:

@@ -72,11 +72,15 @@ def of_phonemes(phonemes: str) -> list[Word]:
     return words
 
 
-def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vocab) -> list[tuple[Placed, ...]]:
+def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vocab, *,
+          skip: int = 0, dense: Sequence[int] | None = None) -> list[tuple[Placed, ...]]:
     """For each chunk, the words that start in it, as ranges of its model tokens (``vocab.ids(chunk)``).
 
-    A word cut across two chunks (longer than a chunk) ends with the first. A word none of whose
-    characters is in the vocabulary has no tokens and is left out."""
+    ``chunks`` start after the first ``skip`` non-whitespace characters of ``phonemes`` (the chunks before
+    them, for a chunk cut while the request streams); words that start there are left out. ``dense`` is
+    `dense_index` of ``phonemes``, where the caller places chunk after chunk of one string. A word cut
+    across two chunks (longer than a chunk) ends with the first. A word none of whose characters is in
+    the vocabulary has no tokens and is left out."""
     # Where the k-th non-whitespace character of the phoneme string went: its chunk, the chunk's model tokens
     # before it, and whether it is a model token itself.
     where: list[tuple[int, int, bool]] = []
@@ -90,10 +94,11 @@ def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vo
             tokens += known
         sizes.append(tokens)
     placed: list[list[Placed]] = [[] for _ in chunks]
-    dense = _dense_index(phonemes)
+    dense = dense_index(phonemes) if dense is None else dense
     for word in words:
-        first, last = dense[min(word.start, len(phonemes))], dense[min(word.end, len(phonemes))] - 1
-        if first >= len(where) or last < first:
+        first = dense[min(word.start, len(phonemes))] - skip
+        last = dense[min(word.end, len(phonemes))] - 1 - skip
+        if first < 0 or first >= len(where) or last < first:
             continue
         number, start, _ = where[first]
         end_number, before, known = where[min(last, len(where) - 1)]
@@ -103,7 +108,7 @@ def place(phonemes: str, words: Sequence[Word], chunks: Sequence[str], vocab: Vo
     return [tuple(p) for p in placed]
 
 
-def _dense_index(phonemes: str) -> list[int]:
+def dense_index(phonemes: str) -> list[int]:
     """For each position of ``phonemes`` (and one past its end), how many non-whitespace characters precede it."""
     out = [0] * (len(phonemes) + 1)
     count = 0

@@ -1,0 +1,179 @@
+"""Later chunks sized from the playback clock: long with slack, short near the deadline, bounded, doubling first.
+
+Fast: the pool's speed is measured from inferences that sleep, the engine runs on the fake runtime of
+`tests/app/http/fake.py` with an inference time proportional to its tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import numpy.typing as npt
+
+from app.engine import Engine
+from app.pool import MIN_OBSERVED, Playback, StreamPool
+from app.runtime.backends.base import Inference
+from app.text import chunker
+from app.text.vocab import Vocab
+from app.voices import VoiceBank
+from tests.app.http.fake import SAMPLES_PER_TOKEN, FakeFrontend, FakeRuntime
+
+PER_TOKEN_S = 0.05
+FLOOR, CEILING, FALLBACK = 30, 120, 60
+
+
+def _measured(seconds_per_token: float = PER_TOKEN_S) -> StreamPool:
+    """A pool that has priced `MIN_OBSERVED` inferences of one token each at about ``seconds_per_token``."""
+    pool = StreamPool(1, 4, margin_s=1.0)
+
+    async def measure() -> None:
+        for _ in range(MIN_OBSERVED):
+            await pool.run(lambda slot: time.sleep(seconds_per_token), tokens=1)
+
+    asyncio.run(measure())
+    return pool
+
+
+def _clock(pool: StreamPool, *, started_ago: float, sent_s: float) -> Playback:
+    clock = Playback(order=0, pool=pool)
+    clock.sent(sent_s)
+    assert clock.started is not None
+    clock.started -= started_ago
+    return clock
+
+
+def _bound(clock: Playback) -> int:
+    return clock.chunk_bound(FALLBACK, floor=FLOOR, ceiling=CEILING)
+
+
+def test_the_bound_grows_with_slack() -> None:
+    pool = _measured()
+    per_token = pool.measured_seconds_per_token
+    assert per_token is not None and PER_TOKEN_S <= per_token < 2 * PER_TOKEN_S  # sleeps run long, never short
+    # Slack (sent - elapsed - margin) worth 50 and then 100 tokens at the measured speed.
+    bounds = [_bound(_clock(pool, started_ago=0.0, sent_s=1.0 + tokens * per_token)) for tokens in (50, 100)]
+    assert 48 <= bounds[0] <= 50 and 98 <= bounds[1] <= 100, bounds
+    assert bounds[0] != FALLBACK and bounds[1] != FALLBACK
+
+
+def test_the_bound_shrinks_to_the_floor_near_the_deadline() -> None:
+    pool = _measured()
+    assert _bound(_clock(pool, started_ago=0.0, sent_s=1.2)) == FLOOR  # 0.2 s of slack: 4 tokens fit, floor 30
+    assert _bound(_clock(pool, started_ago=9.0, sent_s=8.0)) == FLOOR  # already late: the listener waits
+
+
+def test_the_bound_never_exceeds_the_largest_chunk() -> None:
+    pool = _measured()
+    assert _bound(_clock(pool, started_ago=0.0, sent_s=600.0)) == CEILING
+
+
+def test_the_doubling_rule_holds_until_the_pool_has_measured_its_speed() -> None:
+    pool = StreamPool(1, 4)
+    assert pool.measured_seconds_per_token is None
+    assert _bound(_clock(pool, started_ago=0.0, sent_s=600.0)) == FALLBACK
+
+    async def price(count: int) -> None:
+        for _ in range(count):
+            await pool.run(lambda slot: time.sleep(0.001), tokens=10)
+
+    asyncio.run(price(MIN_OBSERVED - 1))
+    assert _bound(_clock(pool, started_ago=0.0, sent_s=600.0)) == FALLBACK
+    asyncio.run(price(1))
+    assert _bound(_clock(pool, started_ago=0.0, sent_s=600.0)) == CEILING
+    # Before its first audio a request has no clock to size by.
+    assert Playback(order=1, pool=pool).chunk_bound(FALLBACK, floor=FLOOR, ceiling=CEILING) == FALLBACK
+
+
+class TimedRuntime(FakeRuntime):
+    """The fake runtime, taking ``per_token_s`` per token, recording each inference's token count."""
+
+    def __init__(self, per_token_s: float) -> None:
+        super().__init__(1)
+        self.per_token_s = per_token_s
+        self.tokens: list[int] = []
+
+    def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
+                    speed: float) -> Inference:
+        self.tokens.append(tokens.shape[1] - 2)
+        time.sleep(self.per_token_s * self.tokens[-1])
+        return super().infer_timed(slot, tokens, style, speed)
+
+
+TEXT = " ".join(f"here is sentence {'abcdefhijk'[n % 10] * (1 + n // 10)} of many." for n in range(30))
+
+
+def _engine(per_token_s: float, *, slack: bool) -> tuple[Engine, TimedRuntime]:
+    runtime = TimedRuntime(per_token_s)
+    runtime.load_primary()
+    engine = Engine(runtime, StreamPool(1, 4, margin_s=1.0), FakeFrontend(),  # type: ignore[arg-type]
+                    VoiceBank.load(None), Vocab.embedded(), default_lang="en-us", first_chunk_tokens=FLOOR,
+                    max_chunk_tokens=CEILING, release_frontend=False, slack_chunks=slack, timestamps=True)
+    return engine, runtime
+
+
+def _speak(engine: Engine, text: str) -> tuple[list[str], float]:
+    """The words heard, in order (their times checked: in order, inside the audio), and the seconds of audio."""
+    plan = engine.plan(text, VoiceBank.load(None).names[0], 1.0)
+
+    async def collect() -> tuple[list[str], float]:
+        heard: list[str] = []
+        starts: list[float] = []
+        samples = 0
+        async for spoken in engine.stream_timed(plan):
+            assert spoken.words is not None
+            heard.extend(w.word for w in spoken.words)
+            starts.extend(w.start_time for w in spoken.words)
+            samples += len(spoken.audio)
+            assert all(w.end_time <= samples / 24_000 + 1e-6 for w in spoken.words)
+        assert starts == sorted(starts)
+        return heard, samples / 24_000
+
+    return asyncio.run(collect())
+
+
+def test_a_request_with_slack_gets_long_chunks_and_one_near_its_deadline_short_ones() -> None:
+    # 25 ms of audio per token made in 1 ms: the listener's buffer grows fast once it has passed the margin.
+    engine, runtime = _engine(0.001, slack=True)
+    _speak(engine, "warm up the pool with a few short sentences. " * 3)  # prices MIN_OBSERVED inferences
+    runtime.tokens.clear()
+    heard, _ = _speak(engine, TEXT)
+    sizes = runtime.tokens
+    planned = [len(engine.vocab.ids(c)) for c in engine.plan(TEXT, "jf_alpha", 1.0).chunks]
+    assert sizes[0] <= FLOOR
+    # Chunk 2 is due while the first chunk's 0.75 s of audio is still inside the 1 s margin: the floor,
+    # where doubling gives it twice the first.
+    assert sizes[1] <= FLOOR < planned[1]
+    assert all(size <= CEILING for size in sizes)
+    assert max(sizes) > 3 * FLOOR  # seconds of audio buffered: as many whole sentences as the bound holds
+    assert heard == TEXT.split()  # every word, once, in order, with its time
+    assert sum(sizes) >= sum(planned) - len(planned) - len(sizes)  # nothing dropped (a space at most per cut)
+
+
+def test_without_slack_sizing_the_request_streams_its_planned_chunks() -> None:
+    engine, runtime = _engine(0.001, slack=False)
+    _speak(engine, "warm up the pool with a few short sentences. " * 3)
+    runtime.tokens.clear()
+    _speak(engine, TEXT)
+    planned = [len(engine.vocab.ids(c)) for c in engine.plan(TEXT, "jf_alpha", 1.0).chunks]
+    assert runtime.tokens == planned
+
+
+def test_the_first_request_on_a_fresh_pool_is_cut_by_the_doubling_rule() -> None:
+    engine, runtime = _engine(0.001, slack=True)
+    text = " ".join(TEXT.split(" ")[:24])
+    plan = engine.plan(text, "jf_alpha", 1.0)
+    assert len(plan.chunks) <= MIN_OBSERVED  # every later chunk is cut before the pool has priced enough
+    _speak(engine, text)
+    assert runtime.tokens == [len(engine.vocab.ids(c)) for c in plan.chunks]
+    assert plan.chunks == tuple(chunker.chunk(plan.phonemes, FLOOR, CEILING))
+
+
+def test_audio_of_sized_chunks_is_the_whole_text() -> None:
+    engine, _ = _engine(0.001, slack=True)
+    _speak(engine, "warm up the pool with a few short sentences. " * 3)
+    _, seconds = _speak(engine, TEXT)
+    tokens = len(engine.vocab.ids(TEXT))
+    # The fake's tone is all sound (nothing to trim but a few samples): about one 25 ms unit per token.
+    assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds
