@@ -100,9 +100,9 @@ def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:
 
 
 WARM_UP_PHONEMES = "wˈɔɹm."
-"""What every slot runs once after a load (6 tokens). The first-call cost it pays is about 1 s per slot whatever
-the length: after 3 tokens the next request was as fast as a warm one (0.95x), as after 20 tokens (1.00x),
-for half the warm-up (2.4 s against 4.4 s for two slots; without one, 1.26x): bench/results/warmup-20261201."""
+"""What every slot runs once after a load (6 tokens). The first-call cost it pays is about 1-1.5 s a slot whatever
+the length: after 6 tokens the next request took 1.04x a warm one's time, after 20 tokens 0.95x, without a
+warm-up 1.28x, for a warm-up of 2.95 s instead of 4.51 s over two slots (bench/results/warmup-20261201)."""
 
 
 def _warm_up(vocab: Vocab, voice: Voice) -> WarmUp:
