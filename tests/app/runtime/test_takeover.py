@@ -157,3 +157,18 @@ def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
 def test_which_primaries_get_the_bridge_in_front(settings: Settings, streams: int, bridged: bool) -> None:
     spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
     assert spec.has_bridge is bridged
+
+
+def test_the_dropped_bridge_is_handed_back_to_the_system(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle at the takeover or dropped by its last inference, the bridge's freed memory is trimmed at once."""
+    from lifecycle import trim
+
+    trims: list[bool] = []
+    monkeypatch.setattr(trim, "collect_and_trim", lambda: trims.append(True) or True)
+    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    runtime.load_bridged(wait_for_request=False)  # nothing runs on the bridge: it is idle at the takeover
+    wait_until(lambda: runtime.active_name == "openvino" and not bridge.loaded and trims)
+    time.sleep(0.05)
+    assert trims == [True]  # once, for the bridge
+    runtime.unload()
