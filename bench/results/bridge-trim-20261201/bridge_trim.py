@@ -1,12 +1,14 @@
 """Warm memory after the primary takes over from the start bridge: with and without a malloc_trim after the
-bridge is dropped (EXP_TRIM). Fresh servers, variants interleaved; run from /work/wt-exp."""
+bridge is dropped (EXP_TRIM). Fresh servers, variants interleaved; run from a tree whose app/runtime/local.py
+calls lifecycle.trim.collect_and_trim() after the bridge's unload when EXP_TRIM=1."""
 from __future__ import annotations
 
 import json
-import os
+import statistics as st
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -22,7 +24,7 @@ def tree_rss(pid: int) -> int:
     return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)])
 
 
-rows = []
+rows: list[dict[str, Any]] = []
 for r in range(ROUNDS):
     for trim in (("0", "1") if r % 2 == 0 else ("1", "0")):
         port = 18000 + r * 2 + int(trim)
@@ -44,7 +46,6 @@ for r in range(ROUNDS):
             print(json.dumps(rows[-1]), flush=True)
         finally:
             terminate(proc, 30)
-import statistics as st
 for trim in ("0", "1"):
     mine = [x for x in rows if x["trim"] == trim]
     print(f"trim={trim}: after takeover {st.median(x['idle_mb'] for x in mine):.0f} MB, after one request "
