@@ -44,9 +44,11 @@ class Spec:
         takes seconds to import, and ONNX Runtime sized as N sessions of T threads opens N sessions, each
         running a lone request on T threads, where the bridge opens one with all N x T."""
         settings = self.settings
-        if not settings.restore_bridge or settings.runtime_defaults:
-            return settings.restore_bridge and settings.backend == "openvino"
-        return settings.backend == "openvino" or (settings.backend == "onnxruntime" and self.shape.streams > 1)
+        if not settings.restore_bridge:
+            return False
+        if settings.backend == "openvino":
+            return True
+        return settings.backend == "onnxruntime" and not settings.runtime_defaults and self.shape.streams > 1
 
 
 def build_runtime(spec: Spec) -> LocalRuntime:
