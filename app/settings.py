@@ -69,6 +69,12 @@ class Settings:
     new input length adds to it: at OpenVINO's default (5000) memory grew by 10-20 MB per new length
     without bound; at 0 it levels off (bounded by the longest chunk) for about 6 % less speed
     (bench/results/soak-compare-20261129). -1 keeps OpenVINO's default."""
+    tune_memory_price: float = 0.111
+    """What ``python -m app tune`` charges for memory when it ranks candidates: the price of one GiB-second in
+    vCPU-seconds. An instance-billed platform bills the vCPUs and the memory it reserves, so a candidate's score is
+    its audio-seconds per CPU-second over (1 + this x its peak GiB / vCPUs): the most audio per dollar. 0.111 is
+    Cloud Run's instance-based price ($0.000002 per GiB-s over $0.000018 per vCPU-s; Fargate's is 0.110); 0 ranks by
+    CPU efficiency alone."""
     queue_size: int = 0
     """Requests allowed to wait for a stream beyond those running; 0 means 2 × streams."""
     scheduler: str = "deadline"
@@ -188,6 +194,7 @@ class Settings:
             ("deadline_margin_s", 0 <= self.deadline_margin_s <= 60, "between 0 and 60"),
             ("realtime_factor", 0 <= self.realtime_factor <= 100, "0 (off) or a positive factor up to 100"),
             ("shape_cache", self.shape_cache >= -1, "-1 (OpenVINO's default), 0 (off) or more"),
+            ("tune_memory_price", 0 <= self.tune_memory_price <= 10, "between 0 and 10"),
             ("max_input_chars", self.max_input_chars > 0, "positive"),
             ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),

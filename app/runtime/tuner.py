@@ -5,11 +5,13 @@ trial process of its own (`app.runtime.trial`) on a fixed tuning corpus (`TUNING
 benchmark's), at full pool load. Its audio is compared, chunk by chunk, with ONNX Runtime's on the same
 model at one thread per session (`app.runtime.outputcheck`, the benchmark's check): a candidate that fails
 any chunk, or whose trial crashes, is never chosen. Trials run in interleaved rounds (A B C, A B C), so a
-noisy neighbour slows every candidate alike, and the choice is the highest median audio-seconds per
-CPU-second. The result is a manifest keyed to this CPU, budget, runtimes and model (`app.runtime.tuning`).
+noisy neighbour slows every candidate alike, and the choice is the highest score (`Ranking`): the median
+audio-seconds per CPU-second, less what the candidate's memory costs on an instance-billed platform
+(``TTS_TUNE_MEMORY_PRICE``; 0 ranks by CPU efficiency alone). The result is a manifest keyed to this CPU,
+budget, runtimes and model (`app.runtime.tuning`).
 
-OpenVINO is the engine this server is built around, so it wins ties (within `TIE`); where ONNX Runtime is
-faster by more than that, the tuner picks it and says so.
+OpenVINO is the engine this server is built around, so it wins ties (within `TIE`); where ONNX Runtime
+scores higher by more than that, the tuner picks it and says so.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psutil
 
 from app.runtime import cachedir, forms, modelfile, outputcheck
 from app.runtime.cpu import cpu_flags
@@ -41,7 +44,7 @@ from app.sizing import read_budget
 log = logging.getLogger(__name__)
 
 TIE = 0.03
-"""OpenVINO keeps the choice unless another backend is more than 3 % more efficient."""
+"""OpenVINO keeps the choice unless another backend scores more than 3 % higher."""
 
 CHECK_MARGIN = 0.9
 """A chosen form's worst log-mel distance on the tuning corpus must stay under 90 % of the output check's
@@ -126,6 +129,35 @@ class Result:
                 "chosen": False, "error": self.error}
 
 
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+    """How candidates are compared: audio per unit of instance cost.
+
+    An instance-billed platform bills, per second, its vCPUs and the memory it reserves; at full load a
+    candidate makes ``efficiency x cpus`` audio-seconds a second. With memory priced at ``memory_price``
+    vCPU-seconds per GiB-second, audio per cost is ``efficiency / (1 + memory_price x GiB / cpus)`` (in
+    audio-seconds per vCPU-second). A candidate's GiB is its trial's peak RSS (the inference process) plus
+    ``base_mb``, what the server's own process holds whatever the runtime (the front end and the voices,
+    measured in the tuning process). ``memory_price=0`` ranks by CPU efficiency alone."""
+
+    cpus: int = 1
+    memory_price: float = 0.0
+    base_mb: float = 0.0
+
+    def memory_gib(self, result: Result) -> float:
+        return (result.peak_rss_mb + self.base_mb) / 1024
+
+    def score(self, result: Result) -> float:
+        return result.median / (1 + self.memory_price * self.memory_gib(result) / self.cpus)
+
+    def describe(self, result: Result) -> str:
+        """``1.093 audio-s per CPU-s`` and, when memory is priced, the score and the memory behind it."""
+        text = f"{result.median:.3f} audio-s per CPU-s"
+        if self.memory_price:
+            text += f" at {self.memory_gib(result):.2f} GiB (score {self.score(result):.3f})"
+        return text
+
+
 Trial = Callable[[Candidate, dict[str, Any]], tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]]
 """Runs one trial: the outcome and the audio per input."""
 
@@ -178,26 +210,32 @@ NEAR = 0.15
 """After the first round, only candidates within 15 % of the best so far are measured again."""
 
 
-def _worth_another(results: dict[Candidate, Result], candidate: Candidate) -> bool:
+def _worth_another(results: dict[Candidate, Result], candidate: Candidate, ranking: Ranking) -> bool:
     result = results[candidate]
-    best = max((r.median for r in results.values() if r.eligible), default=0.0)
-    return result.eligible and result.median >= best * (1 - NEAR)
+    best = max((ranking.score(r) for r in results.values() if r.eligible), default=0.0)
+    return result.eligible and ranking.score(result) >= best * (1 - NEAR)
 
 
-def choose(results: list[Result]) -> tuple[Result | None, str]:
-    """The most efficient eligible result, OpenVINO winning ties; and one sentence saying why."""
-    eligible = sorted((r for r in results if r.eligible), key=lambda r: r.median, reverse=True)
+def choose(results: list[Result], ranking: Ranking | None = None) -> tuple[Result | None, str]:
+    """The eligible result with the highest score (`Ranking`), OpenVINO winning ties; and one sentence saying
+    why. Without a ``ranking``, by CPU efficiency alone."""
+    ranking = ranking or Ranking()
+    eligible = sorted((r for r in results if r.eligible), key=ranking.score, reverse=True)
     if not eligible:
         return None, "no candidate passed the output check"
     best = eligible[0]
+    measure = "score" if ranking.memory_price else "efficiency"
     openvino = next((r for r in eligible if r.candidate.backend == "openvino"), None)
-    if openvino is not None and openvino is not best and openvino.median >= best.median * (1 - TIE):
-        return openvino, (f"{openvino.candidate.name}: {openvino.median:.3f} audio-s per CPU-s, within "
-                          f"{TIE:.0%} of {best.candidate.name} ({best.median:.3f}): OpenVINO keeps ties")
-    why = f"{best.candidate.name}: the highest median efficiency, {best.median:.3f} audio-s per CPU-s"
+    if openvino is not None and openvino is not best and ranking.score(openvino) >= ranking.score(best) * (1 - TIE):
+        return openvino, (f"{openvino.candidate.name}: {ranking.describe(openvino)}, within {TIE:.0%} of "
+                          f"{best.candidate.name} ({ranking.describe(best)}): OpenVINO keeps ties")
+    why = f"{best.candidate.name}: the highest {measure}, {ranking.describe(best)}"
     if openvino is not None and best.candidate.backend != "openvino":
-        why += (f", {best.median / openvino.median - 1:.0%} above the best OpenVINO form "
-                f"({openvino.candidate.name}, {openvino.median:.3f})")
+        why += (f", {ranking.score(best) / ranking.score(openvino) - 1:.0%} above the best OpenVINO form "
+                f"({openvino.candidate.name}, {ranking.describe(openvino)})")
+    if ranking.memory_price:
+        why += (f"; memory priced at {ranking.memory_price:g} vCPU-s per GiB-s (TTS_TUNE_MEMORY_PRICE) on "
+                f"{ranking.cpus} vCPUs")
     failed = [r.candidate.name for r in results if not r.eligible]
     if failed:
         why += f"; not eligible: {', '.join(failed)}"
@@ -229,6 +267,9 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
     with tempfile.TemporaryDirectory(prefix="tts-tune-") as tmp:
         folder = Path(tmp)
         work = plan_inputs(settings, folder)
+        # What the server's own process holds whatever the runtime: this process has just loaded the same
+        # front end and voices.
+        ranking = Ranking(cpus, settings.tune_memory_price, psutil.Process().memory_info().rss / 2**20)
         base = {"folder": str(folder), "work": str(work), "model_path": str(model_path),
                 "shape_cache": settings.shape_cache, "affinity": pinned,
                 # ONNX Runtime serves from its saved, optimized graph: measure that, and leave it made.
@@ -241,7 +282,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
             ref_efficiency = float(ref_outcome["efficiency"])
         round_s = 0.0
         for number in range(rounds):
-            todo = [c for c in pool if _worth_another(results, c)] if number else list(pool)
+            todo = [c for c in pool if _worth_another(results, c, ranking)] if number else list(pool)
             if number and (not todo or time.monotonic() - started + round_s * len(todo) / len(pool) > max_s):
                 log.info("tuning: %d round(s) done; %s", number,
                          "nothing left close enough to the best" if not todo else f"the time limit is {max_s:.0f} s")
@@ -274,12 +315,14 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
                          "pass" if verdict.passed else f"FAIL ({len(verdict.failed)} chunks)", verdict.max_mel_distance)
             if number == 0:
                 round_s = time.monotonic() - begun
-    best, why = choose(list(results.values()))
+    best, why = choose(list(results.values()), ranking)
     if best is None:
         raise RuntimeError(f"tuning found nothing to serve with: {why}")
     table = [r.row() for r in results.values()]
-    for row in table:
+    for row, result in zip(table, results.values(), strict=True):
         row["chosen"] = row["candidate"] == best.candidate.name
+        row["memory_gib"] = round(ranking.memory_gib(result), 3)
+        row["score"] = round(ranking.score(result), 4)
     table.append({"candidate": REFERENCE, **dataclasses.asdict(reference),
                   "efficiency": round(ref_efficiency, 4), "reference": True})
     manifest = Manifest(key=key, choice=best.candidate, why=why, table=table,
@@ -304,7 +347,7 @@ def _cache_dir(candidate: Candidate, settings: Settings, writable: Path, model_p
 
 def format_table(manifest: Manifest) -> str:
     """The manifest's table as aligned text, for the log and the README."""
-    lines = [f"{'candidate':<28} {'audio-s/CPU-s':>13} {'x realtime':>10} {'peak MB':>8} {'check':>12}"]
+    lines = [f"{'candidate':<28} {'audio-s/CPU-s':>13} {'x realtime':>10} {'peak MB':>8} {'score':>7} {'check':>12}"]
     for row in manifest.table:
         check = row.get("check")
         verdict = "reference" if row.get("reference") else (
@@ -313,7 +356,7 @@ def format_table(manifest: Manifest) -> str:
         mark = " <- chosen" if row.get("chosen") else ""
         throughput = row.get("throughput", math.nan)
         lines.append(f"{row['candidate']:<28} {row['efficiency']:>13.3f} {throughput:>10.2f} "
-                     f"{row.get('peak_rss_mb', math.nan):>8.0f} {verdict:>12}{mark}")
+                     f"{row.get('peak_rss_mb', math.nan):>8.0f} {row.get('score', math.nan):>7.3f} {verdict:>12}{mark}")
     return "\n".join(lines)
 
 

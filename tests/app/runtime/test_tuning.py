@@ -101,6 +101,28 @@ def test_openvino_keeps_ties_and_onnxruntime_wins_by_more() -> None:
     assert beaten is not None and beaten.candidate == ORT_2X1 and "above the best OpenVINO form" in why
 
 
+def test_memory_priced_as_an_instance_bills_it_can_turn_the_choice() -> None:
+    """Figures like this Xeon's trials: OpenVINO's dequantized f32 form 5 % more efficient than ONNX Runtime but
+    at 2.5 GB against 0.5 GB. On CPU efficiency alone OpenVINO wins; priced as Cloud Run bills an instance
+    (a GiB-second at 0.111 vCPU-seconds), ONNX Runtime makes more audio per dollar, by more than the tie."""
+    openvino = result(Candidate("openvino", "f32", 2, 1, form="dequant"), 1.153)
+    openvino.peak_rss_mb = 2565
+    onnxruntime = result(ORT_2X1, 1.093)
+    onnxruntime.peak_rss_mb = 529
+    by_cpu, _ = tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=2, memory_price=0.0, base_mb=400))
+    assert by_cpu is openvino
+    priced = tuner.Ranking(cpus=2, memory_price=0.111, base_mb=400)
+    by_cost, why = tuner.choose([onnxruntime, openvino], priced)
+    assert by_cost is onnxruntime, why
+    assert priced.score(onnxruntime) > priced.score(openvino) * (1 + tuner.TIE)
+    assert "GiB" in why and "TTS_TUNE_MEMORY_PRICE" in why and "above the best OpenVINO form" in why
+    # The score is audio per unit of instance cost: efficiency / (1 + price x GiB / vCPUs).
+    assert priced.score(onnxruntime) == pytest.approx(1.093 / (1 + 0.111 * (529 + 400) / 1024 / 2))
+    # On a budget with more vCPUs the same memory weighs less, and the efficiency gap decides again.
+    assert tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=16, memory_price=0.111, base_mb=400))[0] \
+        is openvino
+
+
 def test_candidates_fill_the_budget() -> None:
     assert tuner.shapes(2) == [(2, 1), (1, 2)]
     assert tuner.shapes(16) == [(16, 1), (8, 2), (4, 4)]
@@ -136,6 +158,9 @@ def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: 
     saved = json.loads(next((tmp_path / "tuning").glob("*.json")).read_text())
     assert saved["choice"]["streams"] == 2 and saved["key"]["model_sha256"] == served_sha256(cache_dir)
     assert "onnxruntime-f32-2x1" in tuner.format_table(made)
+    # Each row carries the memory the ranking charged and the score it gave (Settings' default price).
+    assert rows[ORT_2X1.name]["memory_gib"] > rows[ORT_2X1.name]["peak_rss_mb"] / 1024
+    assert 0 < rows[ORT_2X1.name]["score"] < rows[ORT_2X1.name]["efficiency"]
 
 
 def speak(url: str) -> bytes:
