@@ -354,13 +354,14 @@ def _tuning(results: Mapping[str, Any]) -> str:
                    else "pass" if check.get("passed") else f"FAIL (log-mel {check.get('max_mel_distance', 0):.2f})")
         rows.append([f"`{row['candidate']}`" + (" **chosen**" if row.get("chosen") else ""),
                      _num(row.get("efficiency"), 3), _num(row.get("throughput")), _num(row.get("peak_rss_mb"), 0),
-                     verdict])
+                     _num(row.get("score"), 3), verdict])
     return "\n".join([
         f"`python -m app tune` on this machine ({tuned['key']['cpu']}, {tuned['key']['cpus']} CPUs, "
         f"{tuned['key']['isa']}): {tuned['why']}.", "",
         "Median over interleaved rounds on the tuning corpus (not the benchmark's), at full pool load, each "
-        "candidate in a process of its own; the output check is the one below, against ONNX Runtime.", "",
-        _table(["candidate", "audio-s per CPU-s", "x realtime", "peak RSS MB", "output check"], rows)])
+        "candidate in a process of its own; the output check is the one below, against ONNX Runtime. The score "
+        "is the efficiency priced as an instance bills (`TTS_TUNE_MEMORY_PRICE`): the choice is the highest.", "",
+        _table(["candidate", "audio-s per CPU-s", "x realtime", "peak RSS MB", "score", "output check"], rows)])
 
 
 def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
