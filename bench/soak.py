@@ -140,6 +140,7 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
             reading = server.meter.read()
             result.series.append({"requests": done, "billable_mb": round(reading.billable / MB, 1),
                                   "rss_mb": round((reading.rss or 0) / MB, 1)})
+            _save_partial(options, result)
             if progress:
                 print(f"[soak cache={shape_cache}] {done}/{len(order)} requests, billable "
                       f"{reading.billable / MB:.0f} MB", file=sys.stderr, flush=True)
@@ -181,6 +182,22 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
     return result
 
 
+def partial_path(options: SoakOptions, shape_cache: int) -> Path:
+    return options.out / f"soak-cache{shape_cache}.partial.json"
+
+
+def _save_partial(options: SoakOptions, result: SoakResult) -> None:
+    """The series so far, after every sample: a soak runs for hours, and one cut short (a session that ends, a
+    killed machine) still leaves what it measured. `run` removes it once the whole record is written."""
+    path = partial_path(options, result.shape_cache)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".tmp")
+    partial.write_text(json.dumps({"shape_cache": result.shape_cache, "planned_requests": options.requests,
+                                   "errors": len(result.errors), "series": result.series,
+                                   "error_samples": result.errors[:5]}, indent=2) + "\n")
+    partial.replace(path)
+
+
 def run(options: SoakOptions, progress: bool = True) -> dict[str, Any]:
     options.out.mkdir(parents=True, exist_ok=True)
     results = [soak_one(options, cache, progress) for cache in options.shape_caches]
@@ -190,6 +207,8 @@ def run(options: SoakOptions, progress: bool = True) -> dict[str, Any]:
     }
     (options.out / "soak.json").write_text(json.dumps(record, indent=2) + "\n")
     (options.out / "soak.md").write_text(render(record))
+    for cache in options.shape_caches:
+        partial_path(options, cache).unlink(missing_ok=True)
     return record
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,3 +46,6 @@ def test_memory_levels_off_under_shape_churn_and_a_release_brings_it_back(cache_
     assert summary["second_half_growth_pct"] < 5, result.series
     assert summary["released_mb"] < 0.5 * summary["peak_mb"]
     assert summary["restored_ok"]
+    # Every sample also went to disk as it was taken: a soak cut short keeps what it measured.
+    partial = json.loads(soak.partial_path(options, 0).read_text())
+    assert partial["series"] == result.series and partial["planned_requests"] == 40
