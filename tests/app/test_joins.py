@@ -17,6 +17,7 @@ from app import silence
 from app.services import build_engine
 from app.settings import Settings
 from app.sizing import read_budget
+from tests.conftest import SPEECH_BACKEND
 
 TEXT = ("Well, I think so, but the weather is turning and we should leave soon, before it rains. "
         "The station is far; the last train leaves at nine, and the roads are flooded near the river. "
@@ -25,7 +26,7 @@ TEXT = ("Well, I think so, but the weather is turning and we should leave soon, 
 
 def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path) -> None:
     settings = Settings(cache_dir=cache_dir, inference_process=False, restore_bridge=False, warm_up=False,
-                        first_chunk_tokens=30, max_chunk_tokens=60, quiet_window_s=0)
+                        first_chunk_tokens=30, max_chunk_tokens=60, quiet_window_s=0, backend=SPEECH_BACKEND)
     engine, _ = build_engine(settings, read_budget())
     engine.restore()
     try:

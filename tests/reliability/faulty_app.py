@@ -1,4 +1,5 @@
-"""``python -m app`` with faults injected into OpenVINO's ``infer``, chosen by the request's speed.
+"""``python -m app`` with faults injected into the runtimes' ``infer`` (OpenVINO's and ONNX Runtime's, so
+whichever serves), chosen by the request's speed.
 
 - speed 1.5: every inference fails (the first chunk fails: the error comes before the response starts);
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
@@ -21,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from app.runtime.backends.base import Resolved
+from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.local import LocalRuntime
 from app.runtime.proxy import ProcessRuntime
 
 # The served path calls infer_timed (infer goes through it too): the faults go there.
-_real_infer = OpenVinoBackend.infer_timed
+_real_infer = {OpenVinoBackend: OpenVinoBackend.infer_timed, OnnxRuntimeBackend: OnnxRuntimeBackend.infer_timed}
 _real_load = OpenVinoBackend.load
 
 
@@ -36,12 +38,13 @@ def _faulty_load(self: OpenVinoBackend) -> Resolved:
     return _real_load(self)
 
 
-def _faulty_infer(self: OpenVinoBackend, slot: int, tokens: Any, style: Any, speed: float) -> Any:
+def _faulty_infer(self: OpenVinoBackend | OnnxRuntimeBackend, slot: int, tokens: Any, style: Any,
+                  speed: float) -> Any:
     if speed == 1.5 or (speed == 1.25 and tokens.shape[1] > 40):
         raise RuntimeError(f"injected fault on slot {slot}")
     if speed == 1.75:
         time.sleep(3)
-    return _real_infer(self, slot, tokens, style, speed)
+    return _real_infer[type(self)](self, slot, tokens, style, speed)  # type: ignore[operator]
 
 
 def _failing_once(load: Any) -> Any:
@@ -56,7 +59,8 @@ def _failing_once(load: Any) -> Any:
     return faulty_load
 
 
-OpenVinoBackend.infer_timed = _faulty_infer  # type: ignore[method-assign]
+OpenVinoBackend.infer_timed = _faulty_infer  # type: ignore[method-assign, assignment]
+OnnxRuntimeBackend.infer_timed = _faulty_infer  # type: ignore[method-assign, assignment]
 OpenVinoBackend.load = _faulty_load  # type: ignore[method-assign]
 LocalRuntime.load_primary = _failing_once(LocalRuntime.load_primary)  # type: ignore[method-assign]
 LocalRuntime.load_bridged = _failing_once(LocalRuntime.load_bridged)  # type: ignore[method-assign]

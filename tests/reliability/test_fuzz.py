@@ -29,6 +29,7 @@ from app.text import chunker
 from app.text import clean as textclean
 from app.text.frontend import Frontend
 from tests.app.http.fake import fake_engine
+from tests.conftest import SPEECH_BACKEND
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
@@ -45,7 +46,8 @@ voices = st.sampled_from(["jf_alpha", "jm_kumo", "jf_alpha*0.3+jm_kumo*0.7", "..
 
 @pytest.fixture(scope="module")
 def client(cache_dir: Path) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(cache_dir=cache_dir, max_input_chars=200, quiet_window_s=0)),
+    with TestClient(create_app(Settings(cache_dir=cache_dir, max_input_chars=200, quiet_window_s=0,
+                                        backend=SPEECH_BACKEND)),
                     raise_server_exceptions=False) as c:
         yield c
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from bench.server import free_port, launch
-from tests.conftest import ROOT, live_server, stop
+from tests.conftest import ROOT, SPEECH_BACKEND, live_server, stop
 
 TEXT = "Back again, with nobody asking."
 
@@ -24,9 +24,9 @@ def test_a_restore_that_failed_once_is_ready_again_with_no_traffic(cache_dir: Pa
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     marker = tmp_path / "fail-next-load"
     monkeypatch.setenv("FAULT_LOAD_FAILS_FILE", str(marker))  # inherited by the server and its inference process
-    # restore_bridge=0: the restore loads OpenVINO again, so its audio is the warm audio exactly.
+    # restore_bridge=0: the restore loads the primary again, so its audio is the warm audio exactly.
     with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0",
-                     restore_bridge="0", admin_token="t", recovery_backoff_s="1") as server:
+                     restore_bridge="0", admin_token="t", recovery_backoff_s="1", backend=SPEECH_BACKEND) as server:
         expected = post(server.url)
         assert expected.status_code == 200
         assert httpx.post(f"{server.url}/v1/lifecycle/release", headers={"Authorization": "Bearer t"},

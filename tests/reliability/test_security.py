@@ -6,11 +6,23 @@ in the inference process (`app.runtime.child`, where the runtimes run).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
-from tests.conftest import LiveServer
+from tests.conftest import LiveServer, live_server
+
+
+@pytest.fixture(scope="module")
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Default settings (OpenVINO primary, the ONNX Runtime bridge before it), not the session's ONNX Runtime
+    server: both runtimes' libraries are then in the inference process, and OpenVINO's is the one that ships a
+    telemetry client."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="0") as s:
+        yield s
 
 
 def test_the_server_opens_no_connection_of_its_own(server: LiveServer) -> None:

@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import LiveServer, live_server
+from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 LONG = ("The first sentence is short. The second sentence is a good deal longer than the first one was. "
         "A third sentence follows, so the stream has several chunks to send.")
@@ -22,7 +22,7 @@ LONG = ("The first sentence is short. The second sentence is a good deal longer 
 def one_stream(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """One stream, one waiting place: capacity 2, easy to overload."""
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", queue_size="1",
-                     quiet_window_s="0") as s:
+                     quiet_window_s="0", backend=SPEECH_BACKEND) as s:
         yield s
 
 
@@ -103,7 +103,8 @@ def test_official_openai_client_works_unchanged(one_stream: LiveServer, tmp_path
 
 def test_sigterm_drains_in_flight_streams_then_exits_zero(cache_dir: Path, tmp_path: Path) -> None:
     text = "Draining must let this stream finish. Every sentence of it arrives before the process exits."
-    with live_server(cache_dir, tmp_path, quiet_window_s="0", shutdown_grace_s="30") as server:
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", shutdown_grace_s="30",
+                     backend=SPEECH_BACKEND) as server:
         expected = solo_length(server, text)
         with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body(text), timeout=120) as response:
             chunks = response.iter_raw()
