@@ -123,8 +123,10 @@ def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: Tes
 def test_long_input_is_chunked_and_nothing_is_dropped(client: TestClient) -> None:
     sentence = "No sentence may be lost. "
     one = len(speak(client, sentence))
-    many = len(speak(client, sentence * 6))
-    assert many > 4.5 * one  # losing one sentence of six would leave about 4.0 x
+    many = len(speak(client, sentence * 4))
+    # Joins are trimmed to a short pause, so each sentence after the first adds less than a lone one (measured
+    # 3.49 x for four, 2.66 x for three): losing one sentence of four would leave about 2.7 x.
+    assert many > 3.1 * one
 
 
 def test_info_reports_what_the_runtime_resolved(client: TestClient) -> None:
