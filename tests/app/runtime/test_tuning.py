@@ -181,7 +181,7 @@ def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, 
     baked = tmp_path / "baked"
     here = TuneKey.here(read_budget().cpus, served_sha256(cache_dir))
     tuning.write(baked, manifest(here, ORT_1X2))
-    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked)) as server:
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         info = httpx.get(f"{server.url}/v1/info").json()
         assert len(speak(server.url)) > 24000
         info = httpx.get(f"{server.url}/v1/info").json()
@@ -197,7 +197,7 @@ def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, 
     baked = tmp_path / "baked"
     other = dataclasses.replace(TuneKey.here(read_budget().cpus, served_sha256(cache_dir)), cpu="Another CPU")
     tuning.write(baked, manifest(other, ORT_1X2))
-    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked)) as server:
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         assert len(speak(server.url)) > 24000
         info = httpx.get(f"{server.url}/v1/info").json()
         log = server.log()
