@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import LiveServer, live_server
 from tests.lifecycle.test_release_live import ADMIN, lifecycle, speak, wait_for
+from tests.reliability.test_security import assert_no_socket_and_no_telemetry
 
 LONG = " ".join(f"Sentence number {i} keeps this stream going for a while." for i in range(12))
 
@@ -42,6 +43,7 @@ def test_release_ends_the_inference_process_and_the_next_request_starts_one(serv
     warm_memory = lifecycle(server)["memory"]
     (child,) = children(server)
     assert mapped(child.pid, "libopenvino")
+    assert_no_socket_and_no_telemetry(child)  # OpenVINO ships a telemetry client: never loaded, nowhere to send
     # The server itself never loads a runtime: that is what leaves it small once the child is gone.
     for runtime in ("libopenvino", "onnxruntime"):
         assert not mapped(server.process.pid, runtime)

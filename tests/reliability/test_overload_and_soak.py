@@ -22,7 +22,7 @@ def small_pool(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def test_four_times_capacity_loses_nothing_and_refuses_quickly(small_pool: LiveServer) -> None:
-    result = overload.run(small_pool.url, duration_s=15, factor=4)
+    result = overload.run(small_pool.url, duration_s=10, factor=4)
     summary = result.summary()
     assert summary["clients"] == 8 and summary["capacity"] == 2
     assert summary["admitted"] >= 3 and summary["refused"] >= 5

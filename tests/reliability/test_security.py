@@ -6,23 +6,11 @@ in the inference process (`app.runtime.child`, where the runtimes run).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import psutil
-import pytest
 
-from tests.conftest import LiveServer, live_server
-
-
-@pytest.fixture(scope="module")
-def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """Default settings (OpenVINO primary, the ONNX Runtime bridge before it), not the session's ONNX Runtime
-    server: both runtimes' libraries are then in the inference process, and OpenVINO's is the one that ships a
-    telemetry client."""
-    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="0") as s:
-        yield s
+from tests.conftest import LiveServer
 
 
 def test_the_server_opens_no_connection_of_its_own(server: LiveServer) -> None:
@@ -60,15 +48,21 @@ def inference_processes(server: LiveServer) -> list[psutil.Process]:
     return children
 
 
-def test_the_inference_process_has_no_socket_and_no_telemetry(server: LiveServer) -> None:
+def assert_no_socket_and_no_telemetry(child: psutil.Process) -> None:
     """It talks to the server over two pipes only: no socket of any kind (inet, inet6, unix), so no
-    telemetry could leave it; and ONNX Runtime's telemetry is switched off in its environment."""
+    telemetry could leave it; ONNX Runtime's telemetry is switched off in its environment, and no telemetry
+    library is loaded (OpenVINO's would be: tests/lifecycle/test_inference_process.py runs this on an
+    OpenVINO server, the session's server here runs ONNX Runtime)."""
+    assert child.net_connections(kind="all") == [], child.cmdline()
+    sockets = [os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{child.pid}/fd")]
+    assert not [s for s in sockets if s.startswith("socket:")], sockets
+    assert child.environ().get("ORT_DISABLE_TELEMETRY") == "1"
+    assert not [m.path for m in child.memory_maps() if "telemetry" in m.path.lower()]
+
+
+def test_the_inference_process_has_no_socket_and_no_telemetry(server: LiveServer) -> None:
     for child in inference_processes(server):
-        assert child.net_connections(kind="all") == [], child.cmdline()
-        sockets = [os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{child.pid}/fd")]
-        assert not [s for s in sockets if s.startswith("socket:")], sockets
-        assert child.environ().get("ORT_DISABLE_TELEMETRY") == "1"
-        assert not [m.path for m in child.memory_maps() if "telemetry" in m.path.lower()]
+        assert_no_socket_and_no_telemetry(child)
 
 
 def test_requests_never_make_the_inference_process_open_files(server: LiveServer) -> None:
