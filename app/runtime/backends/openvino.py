@@ -57,6 +57,12 @@ class OpenVinoBackend:
         if not self._runtime_defaults:
             config["NUM_STREAMS"] = str(self._shape.streams)
             config["INFERENCE_NUM_THREADS"] = str(self._shape.threads)
+            # OpenVINO pins each stream's threads to cores by default. Alone on 2 vCPUs that neither helps nor
+            # hurts (3 interleaved rounds, 2 streams busy: median 9.62 s pinned, 9.63 s not); but two processes
+            # sharing the cores (a second server, the tests side by side, a container's neighbours) then wait
+            # on each other's pinned threads: the same 4 inferences each took 22.4 s pinned, 12.7-16.0 s not
+            # (bench/results/pinning-20261201.md).
+            config["ENABLE_CPU_PINNING"] = "NO"
         return config
 
     def load(self) -> Resolved:
