@@ -27,8 +27,6 @@ from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.local import LocalRuntime
 from app.runtime.proxy import ProcessRuntime
 
-# The served path calls infer_timed (infer goes through it too): the faults go there.
-_real_infer = {OpenVinoBackend: OpenVinoBackend.infer_timed, OnnxRuntimeBackend: OnnxRuntimeBackend.infer_timed}
 _real_load = OpenVinoBackend.load
 
 
@@ -38,13 +36,15 @@ def _faulty_load(self: OpenVinoBackend) -> Resolved:
     return _real_load(self)
 
 
-def _faulty_infer(self: OpenVinoBackend | OnnxRuntimeBackend, slot: int, tokens: Any, style: Any,
-                  speed: float) -> Any:
-    if speed == 1.5 or (speed == 1.25 and tokens.shape[1] > 40):
-        raise RuntimeError(f"injected fault on slot {slot}")
-    if speed == 1.75:
-        time.sleep(3)
-    return _real_infer[type(self)](self, slot, tokens, style, speed)  # type: ignore[operator]
+def _faulty(infer: Any) -> Any:
+    def faulty_infer(self: Any, slot: int, tokens: Any, style: Any, speed: float) -> Any:
+        if speed == 1.5 or (speed == 1.25 and tokens.shape[1] > 40):
+            raise RuntimeError(f"injected fault on slot {slot}")
+        if speed == 1.75:
+            time.sleep(3)
+        return infer(self, slot, tokens, style, speed)
+
+    return faulty_infer
 
 
 def _failing_once(load: Any) -> Any:
@@ -59,8 +59,9 @@ def _failing_once(load: Any) -> Any:
     return faulty_load
 
 
-OpenVinoBackend.infer_timed = _faulty_infer  # type: ignore[method-assign, assignment]
-OnnxRuntimeBackend.infer_timed = _faulty_infer  # type: ignore[method-assign, assignment]
+# The served path calls infer_timed (infer goes through it too): the faults go there.
+OpenVinoBackend.infer_timed = _faulty(OpenVinoBackend.infer_timed)  # type: ignore[method-assign]
+OnnxRuntimeBackend.infer_timed = _faulty(OnnxRuntimeBackend.infer_timed)  # type: ignore[method-assign]
 OpenVinoBackend.load = _faulty_load  # type: ignore[method-assign]
 LocalRuntime.load_primary = _failing_once(LocalRuntime.load_primary)  # type: ignore[method-assign]
 LocalRuntime.load_bridged = _failing_once(LocalRuntime.load_bridged)  # type: ignore[method-assign]
