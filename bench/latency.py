@@ -32,6 +32,7 @@ from app.runtime import modelfile
 from app.sizing import read_budget, shape_for
 from bench import client, load, machine
 from bench import corpus as corpus_mod
+from bench.coldstart import CHECKOUT
 from bench.configs import ServerConfig
 from bench.meter import files_under
 from bench.server import Server
@@ -50,15 +51,23 @@ chunks of at most 100 then 250 tokens, no warm-up); ``deadline`` is the current 
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:
-    """``name`` (a known variant) or ``name:TTS_X=1,TTS_Y=2`` (settings on top of the defaults)."""
-    name, _, rest = text.partition(":")
-    if not rest:
-        if name not in VARIANTS:
+    """``name`` (a known variant) or ``name:TTS_X=1,TTS_Y=2`` (settings on top of the defaults), either with
+    ``@DIR`` after the name: the server runs from the checkout in DIR, to compare code before and after a change
+    in one interleaved run (as `bench.coldstart`)."""
+    head, colon, rest = text.partition(":")
+    name, _, checkout = head.partition("@")
+    if not colon:
+        if name not in VARIANTS and not checkout:
             raise argparse.ArgumentTypeError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
-        return name, dict(VARIANTS[name])
-    settings = dict(pair.split("=", 1) for pair in rest.split(",") if pair)
-    if not all(key.startswith("TTS_") for key in settings):
-        raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
+        settings = dict(VARIANTS.get(name, {}))
+    else:
+        settings = dict(pair.split("=", 1) for pair in rest.split(",") if pair)
+        if not all(key.startswith("TTS_") for key in settings):
+            raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
+    if checkout:
+        if not (Path(checkout) / "app" / "__main__.py").is_file():
+            raise argparse.ArgumentTypeError(f"{checkout} holds no checkout of this project")
+        settings[CHECKOUT] = str(Path(checkout).resolve())
     return name, settings
 
 
@@ -105,7 +114,7 @@ def _alone(server: Server, corpus: corpus_mod.Corpus) -> dict[str, Any]:
 
 def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], clients: Sequence[int],
         ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str,
-        alone: bool = True) -> dict[str, Any]:
+        alone: bool = True, client_nice: int | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "levels").mkdir(exist_ok=True)
     work = cache_dir / "latency" / out.name
@@ -116,7 +125,8 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
                           shape.threads_per_stream, compile_cache=True)
     results: dict[str, Any] = {
         "run": {"id": out.name, "command": command, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "clients": list(clients), "ramp_s": ramp_s, "window_s": window_s, "shape": config.shape},
+                "clients": list(clients), "ramp_s": ramp_s, "window_s": window_s, "shape": config.shape,
+                "client_nice": client_nice},
         "machine": machine.describe(), "corpus": {"name": corpus.name, "sha256": corpus.sha256},
         "variants": {name: {"settings": settings, "levels": []} for name, settings in variants},
     }
@@ -127,7 +137,9 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(work / "server-cache"),
                         "TTS_LOG_LEVEL": "info", **settings})
             evict([model, *files_under(work / "server-cache")])
-            server = Server(config, env, work / "logs" / f"{name}.log", label=f"latency-{name}")
+            checkout = env.pop(CHECKOUT, None)
+            server = Server(config, env, work / "logs" / f"{name}.log", label=f"latency-{name}",
+                            cwd=Path(checkout) if checkout else None)
             server.start()
             servers[name] = server
             ready_s = server.wait_ready()
@@ -143,7 +155,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             order = list(variants) if index % 2 == 0 else list(reversed(variants))
             for name, _ in order:
                 results["variants"][name]["levels"].append(
-                    _level(servers[name], name, count, out, ramp_s, window_s, drain_s, corpus_path))
+                    _level(servers[name], name, count, out, ramp_s, window_s, drain_s, corpus_path, client_nice))
                 (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     finally:
         for server in servers.values():
@@ -155,12 +167,13 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
 
 
 def _level(server: Server, name: str, clients: int, out: Path, ramp_s: float, window_s: float, drain_s: float,
-           corpus_path: Path) -> dict[str, Any]:
+           corpus_path: Path, client_nice: int | None = None) -> dict[str, Any]:
     deadline = time.monotonic() + 120
     while client.get_json(server.url, "/v1/lifecycle").get("in_flight", 0) and time.monotonic() < deadline:
         time.sleep(0.1)  # the previous level's hung-up chunks finish first
     path = out / "levels" / f"{name}-c{clients}.json"
-    argv = [sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
+    prefix = ["nice", "-n", str(client_nice)] if client_nice is not None else []
+    argv = [*prefix, sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
             str(clients), "--ramp-s", str(ramp_s), "--window-s", str(window_s), "--drain-s", str(drain_s),
             "--corpus", str(corpus_path), "--out", str(path)]
     subprocess.run(argv, check=True, timeout=ramp_s + window_s + 300)
@@ -199,11 +212,12 @@ def render(results: dict[str, Any]) -> str:
               "starting at the first byte waits for data, per audio-minute, over the window's completed requests.",
               "", "| clients | variant | first audio p50 s | p90 s | stalls s / audio-min | stalled requests | "
               "audio-s / CPU-s | audio-s / s | requests | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for count in run_info["clients"]:
+    for index, count in enumerate(run_info["clients"]):  # a client count may repeat: one row per level run
         base: dict[str, Any] | None = None
         for name in names:
-            level = next((lv for lv in results["variants"][name]["levels"] if lv["clients"] == count), None)
-            if level is None:
+            levels = results["variants"][name]["levels"]
+            level = levels[index] if index < len(levels) else None
+            if level is None or level["clients"] != count:
                 continue
             base = base or level
             ratio = level["efficiency"] / base["efficiency"] if base["efficiency"] else float("nan")
@@ -222,19 +236,26 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", default="fifo,deadline",
-                        help="comma-separated; a name or name:TTS_X=v;... (settings separated by ';')")
-    parser.add_argument("--clients", default="1,2,4", help="client counts (default 1,2,4)")
+                        help="comma-separated; a name or name:TTS_X=v;... (settings separated by ';'), either with "
+                             "@DIR after the name to run the server from the checkout in DIR")
+    parser.add_argument("--clients", default="1,2,4",
+                        help="client counts, in the order run (default 1,2,4); a count may repeat")
     parser.add_argument("--ramp-s", type=float, default=4.0)
     parser.add_argument("--window-s", type=float, default=30.0)
     parser.add_argument("--drain-s", type=float, default=6.0)
     parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-alone", action="store_true", help="skip the first audio of each utterance alone")
+    parser.add_argument("--client-nice", type=int, default=None,
+                        help="run the load generator under `nice -n N`: a negative N (root only) keeps the client's "
+                             "own scheduling on this machine out of the servers' first-audio figures, as a remote "
+                             "client's would be")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
     args = parser.parse_args(argv)
     variants = [_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
     clients = [int(c) for c in args.clients.split(",") if c]
     run(args.out, args.cache_dir, variants, clients, args.ramp_s, args.window_s, args.drain_s, args.corpus,
-        "python -m bench latency " + shlex.join(argv), alone=not args.no_alone)
+        "python -m bench latency " + shlex.join(argv), alone=not args.no_alone,
+        client_nice=args.client_nice)
     print(args.out / "report.md")
     return 0

@@ -104,8 +104,11 @@ def _tail(log_path: Path, chars: int = 3000) -> str:
 class Server:
     """A running ``python -m app`` for one configuration. Use as a context manager, or `start` / `stop`."""
 
-    def __init__(self, config: ServerConfig, settings: dict[str, str], log_path: Path, *, label: str = "") -> None:
+    def __init__(self, config: ServerConfig, settings: dict[str, str], log_path: Path, *, label: str = "",
+                 cwd: Path | None = None) -> None:
         self.config = config
+        self.cwd = cwd
+        """Working directory of the process: another checkout's code runs (it comes first on ``sys.path``)."""
         self.settings = dict(settings)
         self.log_path = log_path
         self.label = label or config.name
@@ -132,7 +135,7 @@ class Server:
             self.meter = self._cgroup
         self.spawned_at = time.perf_counter()
         self._process = launch({**self.settings, "TTS_SHUTDOWN_GRACE_S": "2"}, self.port, self.log_path,
-                               prefix=prefix, new_session=True)
+                               prefix=prefix, new_session=True, cwd=self.cwd)
         self.meter.pid = self._process.pid
 
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.02) -> float:

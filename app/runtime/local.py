@@ -136,6 +136,8 @@ class LocalRuntime:
             return  # released meanwhile: loading now would be thrown away
         # Lowest CPU priority for this thread and the runtime threads it spawns: the bridge is
         # serving requests that are waiting right now, the primary only needs to be ready later.
+        # Those threads keep it once the primary serves (an unprivileged process cannot raise it
+        # back); measured harmless: bench/results/inference-priority-20261202.
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (OSError, AttributeError):

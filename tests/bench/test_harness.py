@@ -200,6 +200,11 @@ def test_latency_variants_and_report() -> None:
 
     with pytest.raises(argparse.ArgumentTypeError):
         latency._variant("nope")
+    # name@DIR: the server runs from another checkout (this one here), with or without settings.
+    assert latency._variant(f"before@{ROOT}") == ("before", {"checkout": str(ROOT)})
+    assert latency._variant(f"before@{ROOT}:TTS_X=1") == ("before", {"TTS_X": "1", "checkout": str(ROOT)})
+    with pytest.raises(argparse.ArgumentTypeError):
+        latency._variant(f"before@{ROOT / 'bench'}")  # no checkout there
     level = {"clients": 2, "first_audio_p50": 0.3, "first_audio_p90": 0.9, "stall_s_per_audio_min": 0.1,
              "stalled_requests": 1, "stall_requests_n": 9, "efficiency": 2.0, "throughput": 3.0, "first_audio_n": 10,
              "errors": 0}
@@ -209,3 +214,9 @@ def test_latency_variants_and_report() -> None:
                             "deadline": {"settings": {"TTS_X": "1"}, "levels": [dict(level, efficiency=1.9)]}}}
     report = latency.render(results)
     assert "| 2 | `deadline` | 0.30 | 0.90 | 0.10 | 1/9 | 1.90 (0.95 x)" in report
+    # A client count run twice: each run its own rows, in the order run.
+    results["run"]["clients"] = [2, 2]
+    for variant in results["variants"].values():
+        variant["levels"].append(dict(variant["levels"][0], first_audio_p50=0.5))
+    rows = [line for line in latency.render(results).splitlines() if line.startswith("| 2 |")]
+    assert [row.split(" | ")[2] for row in rows] == ["0.30", "0.30", "0.50", "0.50"]
