@@ -14,7 +14,7 @@ compared with ONNX Runtime's audio for the same chunk on two measures:
   above), and the distance is the mean, along the alignment, of the per-frame RMS difference in natural-log
   units. Identical audio gives 0.
 
-Thresholds (`THRESHOLDS`), calibrated on the 2-CPU development machine (AMD EPYC, AVX2) with the int8
+Thresholds (`THRESHOLDS`), first calibrated on the 2-CPU development machine (AMD EPYC, AVX2) with the int8
 Kokoro-82M export, openvino 2026.4.1 and onnxruntime 1.32, over the 26 chunks of the study16 corpus:
 
 - Run to run, ONNX Runtime is bit-identical (0 samples, distance under 1e-6), and so is OpenVINO. There is no
@@ -27,12 +27,22 @@ Kokoro-82M export, openvino 2026.4.1 and onnxruntime 1.32, over the 26 chunks of
   truncated or empty output fails on length. Another *female* voice gives 0.42 to 1.22, overlapping the
   backend differences: this check finds broken, truncated, re-timed, noisy or different-speaker audio, and is
   not a test of which of two similar voices is speaking.
-- So a chunk passes when its length is within ``max(6 units, 4 %)`` of the reference's (1.5 x the worst
-  backend difference in units and 1.6 x in relative terms, under half a 10 % speed change) and its log-mel
-  distance is at most 0.70 (1.25 x the worst backend difference, below every voice-swap and noise control).
+- Re-calibrated on the Intel Xeon with AMX (2 vCPUs, same model and runtimes, the 48 chunks the current
+  chunker makes of study16; `bench/results/outputcheck-xeon-20261202`): OpenVINO f32 2 x 1 against ONNX Runtime
+  differs by up to 8 units (5 % of a 160-unit chunk). That is not a rounding flip: in that chunk one token's
+  predicted duration is 5 units on one runtime and 11 on the other (the runtimes' numerical differences reach
+  the duration predictor there; not traced further), with two one-unit flips beside it; log-mel 0.27 to 0.52.
+  Controls on that machine: speed 1.1 makes chunks 3 to 21 units (up to 9.6 %) shorter and 0.20-0.32 apart
+  once aligned; a male voice for a female one or back 0.67 to 1.33 (one short chunk at 0.67, 11 units off);
+  20 dB white noise 1.34 to 2.23; the last 30 % cut fails on length.
+- So a chunk passes when its length is within ``max(10 units, 4 %)`` of the reference's (1.25 x the worst
+  backend difference in units, the mel threshold's margin; 6 units on the AMD machine, which this CPU's 8
+  exceeded) and its log-mel distance is at most 0.70 (1.25 x the worst backend difference, below every
+  noise control and all but that one voice-swap chunk, which fails on length). Every control still fails as a
+  configuration; speed 1.1 fails on length in 14 of the 48 chunks (28 at 6 units), the voice swap in all 48.
   A configuration passes when every chunk passes; one that fails is reported as failing and is not ranked.
-  Re-calibrate when the model or a runtime changes: the report prints every configuration's measured
-  differences next to the thresholds, and the run-to-run row shows the noise.
+  Re-calibrate when the model, a runtime or the CPU family changes: the report prints every configuration's
+  measured differences next to the thresholds, and the run-to-run row shows the noise.
 """
 
 from __future__ import annotations
@@ -72,7 +82,7 @@ class Thresholds:
         return max(self.max_sample_units * DURATION_UNIT, int(self.max_sample_fraction * reference_samples))
 
 
-THRESHOLDS = Thresholds(max_sample_units=6, max_sample_fraction=0.04, max_mel_distance=0.70)
+THRESHOLDS = Thresholds(max_sample_units=10, max_sample_fraction=0.04, max_mel_distance=0.70)
 
 
 @dataclass(frozen=True)
