@@ -53,7 +53,9 @@ class Settings:
     cache_dir: Path = field(default_factory=_default_cache_dir)
     """Writable directory for the assembled model and the OpenVINO compile cache."""
     baked_cache_dir: Path | None = None
-    """Read-only compile cache baked into the image at build time; used when its key matches."""
+    """Read-only compile cache baked into the image at build time (`python -m app.runtime.build`); used when
+    its key matches. ONNX Runtime's optimized graph saved there (``onnxruntime/``) is opened before the
+    writable cache's."""
     compile_cache: bool = True
     """Use OpenVINO's on-disk compile cache (``CACHE_DIR``) under ``cache_dir``."""
     streams: int = 0

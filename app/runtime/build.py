@@ -3,7 +3,9 @@
 Compiles the model into ``DIR/<key>/`` (the key of `app.runtime.compile_cache`) through the server's
 own OpenVINO backend (same compile properties), reloads it to prove OpenVINO imports it, runs one
 inference on the imported model and writes the manifest that `app.runtime.compile_cache.choose`
-checks before a server uses the directory. The image build runs it (see Containerfile).
+checks before a server uses the directory. It also saves ONNX Runtime's optimized graph of the model into
+``DIR/onnxruntime/`` (`save_bridge_graph`), which the server's bridge opens instead of optimizing the model
+at its first start. The image build runs it (see Containerfile).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from app.runtime.backends.base import Backend, Resolved
 from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.compile_cache import Target, cache_key, write_manifest
 from app.runtime.modelfile import sha256_of
-from app.sizing import read_budget, shape_for
+from app.sizing import PoolShape, read_budget, shape_for
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
 
@@ -69,7 +71,34 @@ def build(model_path: Path, out: Path, *, precision: str = "f32", streams: int =
         path.chmod(0o755 if path.is_dir() else 0o644)
     log.info("compiled %s into %s in %.1f s; import %.1f s; smoke inference %d samples", model_path, directory,
              compiled.load_s, imported.load_s, samples)
+    save_bridge_graph(model_path, out)
     return directory
+
+
+def save_bridge_graph(model_path: Path, out: Path) -> Path:
+    """ONNX Runtime's optimized graph of ``model_path`` in ``out/onnxruntime/``, where a server with
+    ``TTS_BAKED_CACHE_DIR=out`` opens its bridge (and an ONNX Runtime primary) from it instead of optimizing
+    the model at its first start. Named like the graph a server saves itself (model size and mtime, runtime
+    version, CPU family), so a server on another CPU family or runtime version does not find it and
+    optimizes as before."""
+    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
+
+    folder = out / "onnxruntime"
+    backend = OnnxRuntimeBackend(model_path, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                 optimized_dir=folder)
+    backend.load()
+    if _speak(backend) <= 0:
+        raise RuntimeError("ONNX Runtime produced no audio")
+    backend.unload()
+    import onnxruntime
+
+    saved = backend.optimized_path(onnxruntime.__version__)
+    if saved is None or not saved.is_file():
+        raise RuntimeError(f"ONNX Runtime saved no optimized graph into {folder}")
+    for path in (folder, saved):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    log.info("saved ONNX Runtime's optimized graph of %s as %s", model_path, saved)
+    return saved
 
 
 def _in_thread(load: Callable[[], Resolved]) -> Resolved:
@@ -93,7 +122,8 @@ def _speak(backend: Backend) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.runtime.build",
-                                     description="Compile the model ahead of time into DIR/<key>/ (OpenVINO).")
+                                     description="Compile the model ahead of time into DIR/<key>/ (OpenVINO) and save "
+                                                 "ONNX Runtime's optimized graph into DIR/onnxruntime/.")
     parser.add_argument("--model", type=Path, required=True, help="the ONNX model the server will load (same path)")
     parser.add_argument("--out", type=Path, required=True, help="root of the baked caches (TTS_BAKED_CACHE_DIR)")
     parser.add_argument("--sha256", default=None, help="the model's sha256, if known (saves hashing it)")

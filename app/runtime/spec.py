@@ -54,7 +54,8 @@ class Spec:
 def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
-    bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime")
+    baked = spec.settings.baked_cache_dir / "onnxruntime" if spec.settings.baked_cache_dir else None
+    bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime", baked)
               if spec.has_bridge else None)
     return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
 
@@ -66,7 +67,9 @@ def _primary(spec: Spec) -> Backend:
     return backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=settings.runtime_defaults,
                            precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
                            shape_cache=settings.shape_cache,
-                           optimized_dir=spec.writable / "onnxruntime" if settings.compile_cache else None)
+                           optimized_dir=spec.writable / "onnxruntime" if settings.compile_cache else None,
+                           baked_optimized_dir=settings.baked_cache_dir / "onnxruntime" if settings.baked_cache_dir
+                           else None)
 
 
 def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:

@@ -209,6 +209,10 @@ def test_starts_from_the_baked_cache_without_compiling(container: Container, rep
                from_cache=info["resolved"]["from_cache"])
     assert info["resolved"]["from_cache"] is True, container.logs()[-3000:]
     assert "baked cache matches key" in container.logs()
+    # The bridge opened the optimized graph baked with the compile cache: nothing optimized into the tmpfs /tmp.
+    assert podman("exec", container.name, "ls", "/opt/tts/cache/onnxruntime").stdout.strip()
+    written = podman("exec", container.name, "ls", "/tmp/tts-cache/onnxruntime", check=False)
+    assert written.returncode != 0 or not written.stdout.strip(), written.stdout
 
 
 def test_runs_as_a_non_root_user(container: Container) -> None:

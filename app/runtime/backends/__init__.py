@@ -10,9 +10,10 @@ from app.sizing import PoolShape
 
 def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
            cache_dir: Path | None, fallback_cache_dir: Path | None = None, shape_cache: int = 0,
-           optimized_dir: Path | None = None) -> Backend:
+           optimized_dir: Path | None = None, baked_optimized_dir: Path | None = None) -> Backend:
     """Build (but do not load) the backend called ``name``. ``optimized_dir`` keeps ONNX Runtime's optimized
-    graph between loads (opens in about half the time, bit-identical audio)."""
+    graph between loads (opens in about half the time, bit-identical audio); ``baked_optimized_dir`` is where
+    the image build saved one (read-only, looked in first)."""
     if name == "openvino":
         from app.runtime.backends.openvino import OpenVinoBackend
 
@@ -22,17 +23,20 @@ def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: b
         from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
         return OnnxRuntimeBackend(model_path, shape, runtime_defaults=runtime_defaults,
-                                  optimized_dir=None if runtime_defaults else optimized_dir)
+                                  optimized_dir=None if runtime_defaults else optimized_dir,
+                                  baked_optimized_dir=baked_optimized_dir)
     raise ValueError(f"unknown backend {name!r}")
 
 
-def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None) -> Backend:
+def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None,
+           baked_optimized_dir: Path | None = None) -> Backend:
     """The restore bridge: one ONNX Runtime session shared by all slots, with all the budget's
     threads (the first request after a restore runs alone), opened in about 0.4 s from the graph
-    optimized at its first open (kept in ``optimized_dir``)."""
+    optimized at its first open (kept in ``optimized_dir``) or at the image build (``baked_optimized_dir``)."""
     from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
-    return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir)
+    return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir,
+                              baked_optimized_dir=baked_optimized_dir)
 
 
 def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: Path | None) -> list[Path]:
@@ -41,7 +45,7 @@ def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: 
     `page_cache_roots` (both backends: the bridge is ONNX Runtime)."""
     from app.runtime.backends import onnxruntime, openvino
 
-    roots = openvino.page_cache_roots(writable, configured, baked) + onnxruntime.page_cache_roots(writable)
+    roots = openvino.page_cache_roots(writable, configured, baked) + onnxruntime.page_cache_roots(writable, baked)
     found = list(dict.fromkeys(models))
     for root in dict.fromkeys(roots):
         if root.is_dir():

@@ -61,3 +61,27 @@ def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: 
     assert "could not open the optimized graph" in caplog.text
     assert saved.stat().st_size > 1_000_000  # optimized again and saved whole
     assert speak(backend).size > 24000 // 2
+
+
+def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_path: Path) -> None:
+    """The image build saves the graph into the baked cache (`app.runtime.build.save_bridge_graph`); a server
+    whose writable cache starts empty opens that one and optimizes nothing."""
+    from app.runtime.build import save_bridge_graph
+
+    baked = save_bridge_graph(model, tmp_path / "baked")
+    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True)
+    reference.load()
+    writable = tmp_path / "writable"
+    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                 optimized_dir=writable, baked_optimized_dir=baked.parent)
+    backend.load()
+    assert baked in backend.files()
+    assert not writable.exists()
+    assert np.array_equal(speak(backend), speak(reference))
+    # A graph it cannot open is not written over (it may be read-only): the model is optimized into the writable cache.
+    baked.write_bytes(b"not a model")
+    again = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                               optimized_dir=writable, baked_optimized_dir=baked.parent)
+    again.load()
+    assert baked.read_bytes() == b"not a model" and any(writable.glob("*.onnx"))
+    assert np.array_equal(speak(again), speak(reference))
