@@ -36,7 +36,7 @@ import httpx
 from app import package_data
 from app.runtime import modelfile
 from bench import machine
-from bench.server import environment, free_port, terminate
+from bench.server import CHECKOUT, environment, free_port, terminate, with_checkout
 from bench.server import progress as _progress
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,6 @@ TARGET_RELEASED_S = 0.6
 """Released → first audio for a short request (issue 16)."""
 
 
-CHECKOUT = "checkout"
-"""The key, among a variant's settings, of the checkout it runs from (not a ``TTS_*`` variable)."""
-
-
 class Failed(RuntimeError):
     """A run did not produce audio."""
 
@@ -63,16 +59,11 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     """``name`` (the defaults), ``name:TTS_X=1;TTS_Y=2``, and either with ``@DIR`` after the name: the server
     runs from the checkout in DIR (its working directory comes first on ``sys.path``), to compare code
     before and after a change in one interleaved run."""
-    name, _, rest = text.partition(":")
-    name, _, checkout = name.partition("@")
+    head, _, rest = text.partition(":")
     settings = dict(pair.split("=", 1) for pair in rest.split(";") if pair)
     if not all(key.startswith("TTS_") for key in settings):
         raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
-    if checkout:
-        if not (Path(checkout) / "app" / "__main__.py").is_file():
-            raise argparse.ArgumentTypeError(f"{checkout} holds no checkout of this project")
-        settings[CHECKOUT] = str(Path(checkout).resolve())
-    return name, settings
+    return with_checkout(head, settings), settings
 
 
 def plain_script(model: Path, voices: Path) -> dict[str, float]:

@@ -32,10 +32,9 @@ from app.runtime import modelfile
 from app.sizing import read_budget, shape_for
 from bench import client, load, machine
 from bench import corpus as corpus_mod
-from bench.coldstart import CHECKOUT
 from bench.configs import ServerConfig
 from bench.meter import files_under
-from bench.server import Server
+from bench.server import CHECKOUT, Server, with_checkout
 from bench.server import progress as _progress
 from lifecycle.pagecache import evict
 
@@ -55,19 +54,14 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     ``@DIR`` after the name: the server runs from the checkout in DIR, to compare code before and after a change
     in one interleaved run (as `bench.coldstart`)."""
     head, colon, rest = text.partition(":")
-    name, _, checkout = head.partition("@")
+    settings = dict(pair.split("=", 1) for pair in rest.split(",") if pair)
+    if not all(key.startswith("TTS_") for key in settings):
+        raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
+    name = with_checkout(head, settings)
     if not colon:
-        if name not in VARIANTS and not checkout:
+        if name not in VARIANTS and CHECKOUT not in settings:
             raise argparse.ArgumentTypeError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
-        settings = dict(VARIANTS.get(name, {}))
-    else:
-        settings = dict(pair.split("=", 1) for pair in rest.split(",") if pair)
-        if not all(key.startswith("TTS_") for key in settings):
-            raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
-    if checkout:
-        if not (Path(checkout) / "app" / "__main__.py").is_file():
-            raise argparse.ArgumentTypeError(f"{checkout} holds no checkout of this project")
-        settings[CHECKOUT] = str(Path(checkout).resolve())
+        settings.update(VARIANTS.get(name, {}))
     return name, settings
 
 

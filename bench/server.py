@@ -101,6 +101,25 @@ def _tail(log_path: Path, chars: int = 3000) -> str:
         return f"no log at {log_path}"
 
 
+CHECKOUT = "checkout"
+"""The key, among a benchmark variant's settings, of the checkout its server runs from (not a ``TTS_*``
+variable): ``name@DIR`` in `bench.coldstart` and `bench.latency` variants."""
+
+
+def with_checkout(head: str, settings: dict[str, str]) -> str:
+    """The name in ``name@DIR``; with a DIR, records it (resolved) in ``settings`` under `CHECKOUT`, after
+    checking that it holds a checkout of this project (its working directory comes first on ``sys.path``,
+    so the server runs that tree's code). Raises ``argparse.ArgumentTypeError`` otherwise."""
+    import argparse
+
+    name, _, checkout = head.partition("@")
+    if checkout:
+        if not (Path(checkout) / "app" / "__main__.py").is_file():
+            raise argparse.ArgumentTypeError(f"{checkout} holds no checkout of this project")
+        settings[CHECKOUT] = str(Path(checkout).resolve())
+    return name
+
+
 class Server:
     """A running ``python -m app`` for one configuration. Use as a context manager, or `start` / `stop`."""
 
