@@ -39,6 +39,12 @@ class Spec:
     restore bridge is ONNX Runtime, which runs the ONNX file, not OpenVINO's IR."""
 
     @property
+    def baked_graphs(self) -> Path | None:
+        """Where the image build saved ONNX Runtime's optimized graphs (`app.runtime.build.save_bridge_graph`)."""
+        baked = self.settings.baked_cache_dir
+        return baked / "onnxruntime" if baked is not None else None
+
+    @property
     def has_bridge(self) -> bool:
         """A bridge opens faster than the primary and serves a request alone faster: OpenVINO's compiled model
         takes seconds to import, and ONNX Runtime sized as N sessions of T threads opens N sessions, each
@@ -54,9 +60,8 @@ class Spec:
 def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
-    baked = spec.settings.baked_cache_dir / "onnxruntime" if spec.settings.baked_cache_dir else None
-    bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime", baked)
-              if spec.has_bridge else None)
+    bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
+                              spec.baked_graphs) if spec.has_bridge else None)
     return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
 
 
@@ -68,8 +73,7 @@ def _primary(spec: Spec) -> Backend:
                            precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
                            shape_cache=settings.shape_cache,
                            optimized_dir=spec.writable / "onnxruntime" if settings.compile_cache else None,
-                           baked_optimized_dir=settings.baked_cache_dir / "onnxruntime" if settings.baked_cache_dir
-                           else None)
+                           baked_optimized_dir=spec.baked_graphs)
 
 
 def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:

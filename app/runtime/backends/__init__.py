@@ -45,7 +45,7 @@ def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: 
     `page_cache_roots` (both backends: the bridge is ONNX Runtime)."""
     from app.runtime.backends import onnxruntime, openvino
 
-    roots = openvino.page_cache_roots(writable, configured, baked) + onnxruntime.page_cache_roots(writable, baked)
+    roots = openvino.page_cache_roots(writable, configured, baked) + onnxruntime.page_cache_roots(writable)
     found = list(dict.fromkeys(models))
     for root in dict.fromkeys(roots):
         if root.is_dir():

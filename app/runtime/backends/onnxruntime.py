@@ -83,7 +83,7 @@ class OnnxRuntimeBackend:
         2 CPUs two open in about the time of one. The first opens alone while the optimized graph is still to
         be made (it writes the file the others then open)."""
         optimized = self.optimized_path(ort.__version__)
-        first = [] if optimized is None or self.saved_graph(ort.__version__) else [self._sized_session(ort)]
+        first = [] if optimized is None or self._saved(optimized) else [self._sized_session(ort)]
         with ThreadPoolExecutor(max(1, count - len(first)), thread_name_prefix="ort-open") as pool:
             rest = list(pool.map(lambda _: self._sized_session(ort), range(count - len(first))))
         return first + rest
@@ -102,7 +102,7 @@ class OnnxRuntimeBackend:
         optimized = self.optimized_path(ort.__version__)
         if optimized is None:
             return ort.InferenceSession(str(self._model_path), sess_options=options(), providers=providers)
-        saved = self.saved_graph(ort.__version__)
+        saved = self._saved(optimized)
         if saved is not None:
             opts = options()
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -136,14 +136,10 @@ class OnnxRuntimeBackend:
             return None
         return self._optimized_dir / self._graph_name(version)
 
-    def saved_graph(self, version: str) -> Path | None:
-        """The saved graph to open, if there is one: the baked one first, then the writable one."""
-        if self._optimized_dir is None:
-            return None
-        for directory in (self._baked_optimized_dir, self._optimized_dir):
-            if directory is not None and (directory / self._graph_name(version)).is_file():
-                return directory / self._graph_name(version)
-        return None
+    def _saved(self, optimized: Path) -> Path | None:
+        """The saved graph to open, if there is one: the baked one (same name) first, then ``optimized``."""
+        baked = self._baked_optimized_dir / optimized.name if self._baked_optimized_dir is not None else None
+        return next((p for p in (baked, optimized) if p is not None and p.is_file()), None)
 
     def _graph_name(self, version: str) -> str:
         stat = self._model_path.stat()
@@ -172,8 +168,7 @@ class OnnxRuntimeBackend:
         return found
 
 
-def page_cache_roots(writable: Path, baked: Path | None = None) -> list[Path]:
+def page_cache_roots(writable: Path) -> list[Path]:
     """Where an ONNX Runtime process may have read files it did not list: the bridge's optimized graph
-    (written, or baked into the image) and ONNX Runtime's own libraries."""
-    return [writable / "onnxruntime", *([baked / "onnxruntime"] if baked is not None else []),
-            *package_dirs("onnxruntime")]
+    and ONNX Runtime's own libraries (a baked graph lies under the baked root, which OpenVINO's roots hold)."""
+    return [writable / "onnxruntime", *package_dirs("onnxruntime")]
