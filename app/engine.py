@@ -72,7 +72,7 @@ class Engine:
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
-                 timestamps: bool = False, start_bridge: bool = False) -> None:
+                 timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0) -> None:
         self.runtime = runtime
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
@@ -87,6 +87,8 @@ class Engine:
         self.max_chunk_tokens = max_chunk_tokens
         self.slack_chunks = slack_chunks
         """Size later chunks from the playback clock (`app.pool.Playback.chunk_bound`), else double each bound."""
+        self.wide_chunk_tokens = wide_chunk_tokens
+        """Chunks of at most this many tokens run on the runtime's wide session when the pool is idle (0: never)."""
         self.release_frontend = release_frontend
         self.start_bridge = start_bridge
         """Open the bridge at the first load too, not only at restores (`app.runtime.local`)."""
@@ -124,6 +126,9 @@ class Engine:
     async def stream_timed(self, plan: Plan) -> AsyncGenerator[Spoken, None]:
         """Audio of each chunk in order, with its words' times; stops early if the consumer stops iterating.
 
+        A chunk of at most ``wide_chunk_tokens`` asks the pool for its wide slot (`app.pool.StreamPool.run`):
+        it runs on all the pool's threads when it finds the pool idle.
+
         The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
         moment this generator resumes is when that audio left: the playback clock starts there
         and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
@@ -149,9 +154,10 @@ class Engine:
                     style = plan.voice.style_for(len(ids))
                     # The pause a join keeps is spoken at the request's speed, like the model's own.
                     pause_s = None if last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
+                    wide = 0 < len(ids) <= self.wide_chunk_tokens and self.runtime.has_wide
                     audio, cut, durations = await self.pool.run(
                         functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                        clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]))
+                        clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]), wide=wide)
                     heard = None if durations is None else tuple(timestamps.word_times(
                         placed, durations, cut=cut, kept=len(audio), offset=sent))
                     yield Spoken(audio, heard)

@@ -25,6 +25,11 @@ Contract:
   playing (first audio sent, synthesis not finished) would need more than ``realtime_factor`` ×
   that capacity at 1x; it starts when one of them finishes. The wait counts against the bounded
   queue, so beyond it new requests get 429.
+- The wide slot (``run(..., wide=True)``, where the runtime has one: `app.runtime.protocol.WIDE`): a chunk that
+  finds every slot free and nobody waiting takes them all and runs once on the runtime's wide session (all
+  the pool's threads on one inference); chunks that come meanwhile wait for it like for any busy slot, and
+  where any slot is busy the chunk takes a plain slot at once. Its speed is not a stream's, so it does not
+  enter the measured seconds per token or the real-time capacity.
 - Chunk sizes from the same clock: `Playback.chunk_bound` gives a request's next later chunk as many
   tokens as the pool infers (at its measured seconds per token) in that request's slack, between the
   first chunk's bound and the largest chunk; the engine cuts the chunk when it is due (`app.engine`).
@@ -46,6 +51,7 @@ import anyio
 import anyio.to_thread
 
 from app.errors import Overloaded
+from app.runtime.protocol import WIDE
 from app.settings import SCHEDULERS
 
 T = TypeVar("T")
@@ -138,8 +144,9 @@ class StreamPool:
         self._priced = 0
         self._audio_per_s = 0.0
         self._observed = 0
-        self.granted = {"first": 0, "later": 0}
-        """Slots granted to first chunks and to later ones (for tests and the info endpoint)."""
+        self.granted = {"first": 0, "later": 0, "wide": 0}
+        """Slots granted to first chunks and to later ones, and of those, how many ran wide (every slot held for
+        the wide session); for tests and the info endpoint."""
         self.held_back = 0
         """First chunks that waited for real-time capacity."""
 
@@ -153,7 +160,7 @@ class StreamPool:
 
     @property
     def busy(self) -> int:
-        """Slots running an inference now."""
+        """Slots held by an inference now (all of them while one runs wide)."""
         return self._busy
 
     @property
@@ -220,24 +227,28 @@ class StreamPool:
                 self._wake()
 
     async def run(self, fn: Callable[[int], T], *, clock: Playback | None = None, tokens: int = 0,
-                  audio_s: Callable[[T], float] | None = None) -> T:
+                  audio_s: Callable[[T], float] | None = None, wide: bool = False) -> T:
         """Run ``fn(slot)`` in a worker thread on a free slot, scheduled by ``clock``'s deadline.
 
         ``tokens`` prices the chunk (its expected inference time counts into its deadline and the
         measured seconds per token); ``audio_s`` reads the audio-seconds a result holds, for the
-        measured real-time capacity.
+        measured real-time capacity. With ``wide``, a chunk that finds the whole pool idle runs as
+        ``fn(WIDE)`` holding every slot (see the module docstring).
         """
         first = clock is None or clock.started is None
-        slot = await self._acquire(clock, tokens, first)
-        self._busy += 1
+        slot = self._take_all() if wide and self._idle(first) else await self._acquire(clock, tokens, first)
+        held = self.slots if slot == WIDE else 1
+        self._busy += held
         self.granted["first" if first else "later"] += 1
+        self.granted["wide"] += slot == WIDE
         started = time.monotonic()
         try:
             result = await anyio.to_thread.run_sync(fn, slot, limiter=self._limiter)
         finally:
-            self._busy -= 1
+            self._busy -= held
             self._release(slot)
-        self._observe(time.monotonic() - started, tokens, audio_s(result) if audio_s is not None else 0.0)
+        if slot != WIDE:
+            self._observe(time.monotonic() - started, tokens, audio_s(result) if audio_s is not None else 0.0)
         return result
 
     # --- scheduling ------------------------------------------------------------------------------
@@ -251,6 +262,14 @@ class StreamPool:
             return False
         # The request about to start needs 1 audio-second per second too; at least one always plays.
         return self._playing >= 1 and self._playing + 1 > capacity * self.realtime_factor
+
+    def _idle(self, first: bool) -> bool:
+        """Every slot free, nobody waiting, and the chunk not held for real-time capacity."""
+        return len(self._free) == self.slots and not self._waiters and not self._held(first)
+
+    def _take_all(self) -> int:
+        self._free.clear()
+        return WIDE
 
     async def _acquire(self, clock: Playback | None, tokens: int, first: bool) -> int:
         order = clock.order if clock is not None else next(self._orders)
@@ -275,7 +294,10 @@ class StreamPool:
             raise
 
     def _release(self, slot: int) -> None:
-        self._free.append(slot)
+        if slot == WIDE:
+            self._free.extend(range(self.slots))  # it held them all
+        else:
+            self._free.append(slot)
         self._wake()
 
     def _wake(self) -> None:

@@ -103,6 +103,12 @@ class Settings:
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
     can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
+    wide_chunk_tokens: int = 120
+    """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
+    session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about
+    90 MB), and the pool's streams wait for it: a request alone gets the CPUs a busy pool would share out.
+    Only where the pool has more than one stream; needs ``TTS_RESTORE_BRIDGE``; 0 turns it off (the bridge
+    is then dropped once the primary serves)."""
     slack_chunks: bool = False
     """Size each later chunk when it is due from its request's playback slack (audio sent, less playback
     elapsed, less ``TTS_DEADLINE_MARGIN_S``) and the pool's measured seconds per token: as many tokens as
@@ -200,6 +206,8 @@ class Settings:
             ("max_input_chars", self.max_input_chars > 0, "positive"),
             ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
+            ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,
+             "0 (off) or between 10 and 510"),
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),

@@ -74,6 +74,8 @@ class ServerConfig:
             # Deep enough that closed-loop clients are never refused: refusals are not throughput.
             "TTS_QUEUE_SIZE": str(queue_size),
         }
+        if self.kind != "complete":  # the baselines and the grid measure their form alone, not the wide session
+            env["TTS_WIDE_CHUNK_TOKENS"] = "0"
         if self.tuned_dir:
             env.update({"TTS_BACKEND": "auto", "TTS_BAKED_CACHE_DIR": self.tuned_dir, "TTS_STREAMS": "0",
                         "TTS_THREADS_PER_STREAM": "0"})

@@ -14,6 +14,11 @@ request is waiting yet to be served first. A primary that fails to load behind t
 bridge serving: the failure is logged, kept in `primary_error` (shown by ``/v1/info``) and handed
 to `on_primary_failed`; the next load (a restore) tries the primary again.
 
+With ``keep_bridge`` (`app.settings.Settings.wide_chunk_tokens`) the bridge is not dropped when the primary
+takes over: it stays loaded as the **wide session**, all the pool's threads in one session, and the slot
+`app.runtime.protocol.WIDE` runs on it (a lone request's chunk while the pool holds every stream for it).
+Before the takeover, or where the bridge is the only backend loaded, that slot runs on the active backend.
+
 Every load of OpenVINO ends with a **warm-up** (not ONNX Runtime's: see `WARMED_BACKENDS`): each slot
 runs one short inference before the backend serves,
 so the first request (after start, after a restore, or the first inference of the primary taking
@@ -41,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.runtime.backends.base import Backend, Inference, Resolved
+from app.runtime.protocol import WIDE
 from lifecycle import trim
 
 log = logging.getLogger(__name__)
@@ -66,9 +72,12 @@ class WarmUp:
 class LocalRuntime:
     """The backends in this process (`app.runtime.protocol.Runtime`): the primary, and the bridge if any."""
 
-    def __init__(self, primary: Backend, bridge: Backend | None = None, warm_up: WarmUp | None = None) -> None:
+    def __init__(self, primary: Backend, bridge: Backend | None = None, warm_up: WarmUp | None = None, *,
+                 keep_bridge: bool = False) -> None:
         self.primary = primary
         self.bridge = bridge
+        self.keep_bridge = keep_bridge and bridge is not None
+        """Keep the bridge loaded beside the primary as the wide session (see the module docstring)."""
         self.warm_up = warm_up
         self.resolved: Resolved | None = None
         """What the primary resolved at its last load."""
@@ -90,6 +99,10 @@ class LocalRuntime:
     @property
     def has_bridge(self) -> bool:
         return self.bridge is not None
+
+    @property
+    def has_wide(self) -> bool:
+        return self.keep_bridge
 
     @property
     def loaded(self) -> bool:
@@ -154,7 +167,8 @@ class LocalRuntime:
         self.primary_error = None
         with self._lock:
             self._active = self.primary
-            idle_bridge = self.bridge is not None and self._users[id(self.bridge)] == 0
+            idle_bridge = (self.bridge is not None and not self.keep_bridge
+                           and self._users[id(self.bridge)] == 0)
         log.info("primary backend took over from the bridge after %.2f s", resolved.load_s)
         if self.on_primary is not None:
             self.on_primary(resolved)
@@ -199,6 +213,11 @@ class LocalRuntime:
             backend = self._active
             if backend is None:
                 raise RuntimeError("no backend is loaded")
+            if slot == WIDE:
+                # The kept bridge once it is loaded; before it is (or without one), the active backend's first
+                # slot, which the pool holds with all the others for this call.
+                wide = self.bridge if self.keep_bridge and self.bridge is not None and self.bridge.loaded else None
+                backend, slot = (wide, 0) if wide is not None else (backend, 0)
             self._users[id(backend)] += 1
         try:
             return backend.infer_timed(slot, tokens, style, speed), backend.name
@@ -208,7 +227,8 @@ class LocalRuntime:
                 self.served[backend.name] += 1
                 if backend is self.bridge:
                     self._bridge_served.set()
-                drop = backend is self.bridge and self._active is not backend and self._users[id(backend)] == 0
+                drop = (backend is self.bridge and not self.keep_bridge and self._active is not backend
+                        and self._users[id(backend)] == 0)
             if drop:
                 self._drop(backend)
 

@@ -111,6 +111,10 @@ class ProcessRuntime:
         return self.spec.has_bridge
 
     @property
+    def has_wide(self) -> bool:
+        return self.spec.wide
+
+    @property
     def bridge_serving(self) -> bool:
         return self._active is not None and self._bridged
 

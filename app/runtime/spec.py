@@ -57,12 +57,20 @@ class Spec:
         return settings.backend == "onnxruntime" and not settings.runtime_defaults and self.shape.streams > 1
 
 
+    @property
+    def wide(self) -> bool:
+        """Whether the bridge stays loaded beside the primary as the wide session (`app.runtime.local`): only
+        where it is wider than a slot, that is where the pool has more than one stream."""
+        return self.settings.wide_chunk_tokens > 0 and self.has_bridge and self.shape.streams > 1
+
+
 def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
                               spec.baked_graphs) if spec.has_bridge else None)
-    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
+    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up,
+                        keep_bridge=spec.wide)
 
 
 def _primary(spec: Spec) -> Backend:

@@ -15,6 +15,7 @@ import pytest
 
 from app.errors import Overloaded
 from app.pool import Playback, StreamPool
+from app.runtime.protocol import WIDE
 
 
 class Gate:
@@ -236,3 +237,58 @@ def test_admission_is_bounded() -> None:
                 pass
         assert refused.value.retry_after_s >= 1
     assert pool.admitted == 0
+
+
+def test_a_chunk_alone_runs_wide_holding_every_slot_and_the_next_waits_for_it() -> None:
+    async def main() -> None:
+        pool = StreamPool(2, 8)
+        gate = Gate()
+        slots: dict[str, int] = {}
+
+        def job(name: str, *, hold: bool = False) -> Callable[[int], str]:
+            run = gate.job(name, hold=hold)
+
+            def record(slot: int) -> str:
+                slots[name] = slot
+                return run(slot)
+
+            return record
+
+        wide = asyncio.create_task(pool.run(job("wide", hold=True), wide=True))
+        await _until(lambda: pool.busy == 2)  # one inference holds both slots
+        after = asyncio.create_task(pool.run(job("after"), wide=True))
+        await _until(lambda: pool.waiting == 1)
+        await asyncio.sleep(0.05)
+        assert gate.ran == ["wide"]  # a slot's worth of CPU is not free while the wide session runs
+        gate.open("wide")
+        await asyncio.gather(wide, after)
+        assert slots["wide"] == WIDE and slots["after"] != WIDE  # the wide chunk was still running when it came
+        assert pool.granted["wide"] == 1 and pool.busy == 0 and sorted(pool._free) == [0, 1]
+
+    _run(main)
+
+
+def test_a_wide_chunk_takes_a_plain_slot_at_once_when_any_is_busy() -> None:
+    async def main() -> None:
+        pool = StreamPool(2, 8)
+        gate = Gate()
+        busy = asyncio.create_task(pool.run(gate.job("busy", hold=True)))
+        await _until(lambda: pool.busy == 1)
+        assert await pool.run(lambda slot: slot, wide=True) != WIDE  # no wait for the whole pool
+        gate.open("busy")
+        await busy
+        assert pool.granted["wide"] == 0
+        assert await pool.run(lambda slot: slot, wide=True) == WIDE  # idle now
+
+    _run(main)
+
+
+def test_wide_inferences_do_not_price_the_streams() -> None:
+    async def main() -> None:
+        pool = StreamPool(2, 8)
+        for _ in range(4):
+            await pool.run(lambda slot: time.sleep(0.01), tokens=10, audio_s=lambda _: 1.0, wide=True)
+        assert pool.granted["wide"] == 4
+        assert pool.measured_seconds_per_token is None and pool.realtime_capacity is None
+
+    _run(main)

@@ -51,13 +51,15 @@ def test_the_grid_on_two_and_sixteen_cores() -> None:
         4, 2, True, True)
 
 
-def test_only_the_complete_system_has_cache_and_lifecycle() -> None:
+def test_only_the_complete_system_has_cache_lifecycle_and_the_wide_session() -> None:
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     for config in configs.all_configs(two):
         env = config.env(quiet_window_s=45.0, queue_size=32)
         assert env["TTS_COMPILE_CACHE"] == ("1" if config.kind == "complete" else "0")
         assert env["TTS_QUIET_WINDOW_S"] == ("45.0" if config.kind == "complete" else "0")
         assert env["TTS_RUNTIME_DEFAULTS"] == ("1" if config.kind == "defaults" else "0")
+        # The wide session is the complete system's (its default); a baseline measures its own form alone.
+        assert env.get("TTS_WIDE_CHUNK_TOKENS") == (None if config.kind == "complete" else "0")
     assert [c.name for c in configs.select(configs.all_configs(two), ["complete"])] == ["ort-defaults", "complete"]
     with pytest.raises(ValueError, match="unknown"):
         configs.select(configs.all_configs(two), ["nope"])

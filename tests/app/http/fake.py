@@ -52,6 +52,10 @@ class FakeRuntime:
         return False
 
     @property
+    def has_wide(self) -> bool:
+        return False
+
+    @property
     def bridge_serving(self) -> bool:
         return False
 

@@ -59,12 +59,16 @@ def test_length_grows_with_text(client: TestClient) -> None:
 
 def test_same_request_same_audio_twice_and_under_concurrency(client: TestClient) -> None:
     # The short sentence: one chunk either way, and a third of the time of the longer one.
-    reference = speak(client, SHORT)
+    reference = speak(client, SHORT)  # alone: on the wide session (both threads on one inference)
     assert np.array_equal(reference, speak(client, SHORT))
+    before = client.get("/v1/info").json()["pool"]["granted"]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: speak(client, SHORT), range(2)))
     for audio in results:
         assert np.array_equal(reference, audio)
+    after = client.get("/v1/info").json()["pool"]["granted"]
+    # One of the two ran wide, the other waited for it and ran on a one-thread stream: the same samples.
+    assert after["wide"] - before["wide"] == 1 and after["first"] - before["first"] == 2, (before, after)
 
 
 def test_speed_shortens_audio(client: TestClient) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from app.runtime.backends.base import Inference, Resolved
 from app.runtime.local import LocalRuntime
+from app.runtime.protocol import WIDE
 from app.runtime.spec import Spec
 from app.settings import Settings
 from app.sizing import PoolShape
@@ -172,3 +173,32 @@ def test_the_dropped_bridge_is_handed_back_to_the_system(monkeypatch: pytest.Mon
     time.sleep(0.05)
     assert trims == [True]  # once, for the bridge
     runtime.unload()
+
+
+def test_a_kept_bridge_serves_the_wide_slot_beside_the_primary() -> None:
+    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge, keep_bridge=True)
+    assert runtime.has_wide and not LocalRuntime(primary, bridge).has_wide and not LocalRuntime(primary).has_wide
+    primary.loading.clear()
+    runtime.load_bridged(wait_for_request=False)
+    assert runtime.infer_named(WIDE, tokens(3), STYLE, 1.0)[1] == "onnxruntime"  # before the takeover: the bridge
+    primary.loading.set()
+    wait_until(lambda: runtime.active_name == "openvino")
+    time.sleep(0.05)
+    assert bridge.loaded  # kept, where it would have been dropped (the test above)
+    assert [runtime.infer_named(slot, tokens(3), STYLE, 1.0)[1] for slot in (0, 1, WIDE)] == [
+        "openvino", "openvino", "onnxruntime"]
+    runtime.unload()
+    assert not bridge.loaded and not primary.loaded
+
+
+@pytest.mark.parametrize(("settings", "streams", "wide"), [
+    (Settings(backend="openvino"), 2, True),
+    (Settings(backend="onnxruntime"), 2, True),
+    (Settings(backend="openvino"), 1, False),  # the bridge's threads are the one stream's: nothing wider
+    (Settings(backend="openvino", wide_chunk_tokens=0), 2, False),
+    (Settings(backend="openvino", restore_bridge=False), 2, False),
+])
+def test_which_pools_keep_the_bridge_as_their_wide_session(settings: Settings, streams: int, wide: bool) -> None:
+    spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
+    assert spec.wide is wide
