@@ -216,8 +216,8 @@ class LocalRuntime:
             if slot == WIDE:
                 # The kept bridge once it is loaded; before it is (or without one), the active backend's first
                 # slot, which the pool holds with all the others for this call.
-                wide = self.bridge if self.keep_bridge and self.bridge is not None and self.bridge.loaded else None
-                backend, slot = (wide, 0) if wide is not None else (backend, 0)
+                kept = self.bridge if self.keep_bridge and self.bridge is not None and self.bridge.loaded else None
+                backend, slot = kept or backend, 0
             self._users[id(backend)] += 1
         try:
             return backend.infer_timed(slot, tokens, style, speed), backend.name
