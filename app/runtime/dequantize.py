@@ -17,7 +17,8 @@ Patterns, as the ONNX Runtime quantizer writes them (anything else is left as it
 - ``DynamicQuantizeLSTM(X, W_q, R_q, B, …, W_scale, W_zp, R_scale, R_zp)`` becomes ``LSTM`` with W and R
   dequantized and transposed to ONNX's ``[directions, 4 x hidden, input]`` layout.
 
-Nodes left without a consumer are removed.
+Nodes left without a consumer are removed. The harmonic source's running phase is then rewritten in fixed point
+(`app.runtime.phase`), so that the form also keeps the voice under OpenVINO's bf16 hint.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from app.runtime import phase
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +191,8 @@ def dequantize(source: Path, target: Path) -> dict[str, int]:
     kept = [t for t in initializers if t.name in used]
     del model.graph.initializer[:]
     model.graph.initializer.extend(kept)
+    if phase.rewrite(model):  # the harmonic source's running phase in fixed point: bf16 keeps the voice
+        counts["SineGen phase"] += 1
     onnx.save(model, str(target))
     return dict(counts)
 

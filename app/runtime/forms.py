@@ -69,7 +69,7 @@ def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
     if maker is None:
         raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
     digest = model_sha256 or modelfile.sha256_of(model_path)
-    relative = Path("forms") / digest[:16] / f"{form}-ov{_openvino_version()}"
+    relative = Path("forms") / digest[:16] / f"{form}{_REVISIONS.get(form, '')}-ov{_openvino_version()}"
     for root in [r for r in read_only if r is not None] + [writable]:
         if _complete(root / relative):
             return root / relative / MODEL
@@ -177,6 +177,9 @@ def _make_dequant(source: Path, directory: Path) -> None:
 
 
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant}
+_REVISIONS = {DEQUANT: ".2"}
+"""A maker that changes what it makes names its forms anew, so that a form made before is not taken for one of
+today's (``dequant.2``: the harmonic source's phase in fixed point, `app.runtime.phase`)."""
 
 
 def main(argv: list[str]) -> int:

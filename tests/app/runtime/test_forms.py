@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime import forms, modelfile, outputcheck
+from app.runtime import cpu, forms, modelfile, outputcheck
 from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.runtime.backends.openvino import OpenVinoBackend
 from app.sizing import PoolShape
@@ -95,6 +95,10 @@ def _inputs() -> list[tuple[np.ndarray, np.ndarray]]:
     return found
 
 
+LONG = "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ tədˈA."
+"""The tuning corpus's longest chunk as phonemes (6.3 s of speech): where bf16's phase drift showed."""
+
+
 @pytest.mark.parametrize("form", [forms.IR, forms.DEQUANT])
 def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_path: Path) -> None:
     """The real making of the form from the embedded model, served by OpenVINO, against ONNX Runtime on the
@@ -113,6 +117,19 @@ def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_
     got = {str(n): served.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
     verdict, _ = outputcheck.compare(f"openvino-{form}", "onnxruntime", expected, got)
     assert verdict.passed, verdict
+    if form == forms.DEQUANT and {"avx512_bf16", "amx_bf16"} & cpu.cpu_flags():
+        # The harmonic source's phase in fixed point (app.runtime.phase) is what lets bf16 keep the voice: on this
+        # 92-token sentence the dequantized graph without it failed the check in bf16 (log-mel 0.76 against
+        # 0.70, the running phase drifting), and passes with it (0.52; bench/results/phase-20261202).
+        served.unload()
+        fast = OpenVinoBackend(ir, PoolShape(1, 1), runtime_defaults=False, precision="bf16", cache_dir=None)
+        assert fast.load().precision == "bf16"
+        ids = Vocab.embedded().ids(LONG)
+        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+        style = VoiceBank.load(None).resolve("jf_alpha").style_for(len(ids))
+        expected_long = reference.infer(0, tokens, style, 1.0)
+        check = outputcheck.check_chunk("long", expected_long, fast.infer(0, tokens, style, 1.0))
+        assert check.passed, check
 
 
 def test_a_derived_form_has_a_compile_cache_of_its_own(tmp_path: Path, counting: list[Path]) -> None:
