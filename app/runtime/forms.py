@@ -12,7 +12,9 @@ pass the output check (`app.runtime.outputcheck`) when the tuner measures them.
 - ``dequant``: the shipped dynamic-int8 export with its weights dequantized once to plain f32 MatMul, Conv
   and LSTM (`app.runtime.dequantize`), saved as an IR. OpenVINO runs the export's run-time quantization as
   about a thousand element-wise ops; without them it was 1.10x ONNX Runtime's efficiency on an AMX Xeon
-  where the shipped file ran at 0.83x, at 1.7 GB peak instead of 2.8 GB (bench/results/forms-20261201).
+  where the shipped file ran at 0.83x, at 1.7 GB peak instead of 2.8 GB (bench/results/forms-20261201). Its
+  harmonic source's running phase is also rewritten in fixed point (`app.runtime.phase`), which lets OpenVINO's
+  bf16 hint keep the voice (bench/results/phase-20261202); the form's directory is ``dequant.2`` since.
 
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
 ``form.json`` recording what it was made from and the sha256 of its files (`digest`), which keys its
