@@ -87,8 +87,9 @@ class Engine:
         self.max_chunk_tokens = max_chunk_tokens
         self.slack_chunks = slack_chunks
         """Size later chunks from the playback clock (`app.pool.Playback.chunk_bound`), else double each bound."""
-        self.wide_chunk_tokens = wide_chunk_tokens
-        """Chunks of at most this many tokens run on the runtime's wide session when the pool is idle (0: never)."""
+        self.wide_chunk_tokens = wide_chunk_tokens if runtime.has_wide else 0
+        """Chunks of at most this many tokens run on the runtime's wide session when the pool is idle (0: never,
+        also where the runtime has none)."""
         self.release_frontend = release_frontend
         self.start_bridge = start_bridge
         """Open the bridge at the first load too, not only at restores (`app.runtime.local`)."""
@@ -154,10 +155,10 @@ class Engine:
                     style = plan.voice.style_for(len(ids))
                     # The pause a join keeps is spoken at the request's speed, like the model's own.
                     pause_s = None if last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
-                    wide = 0 < len(ids) <= self.wide_chunk_tokens and self.runtime.has_wide
                     audio, cut, durations = await self.pool.run(
                         functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                        clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]), wide=wide)
+                        clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]),
+                        wide=len(ids) <= self.wide_chunk_tokens)
                     heard = None if durations is None else tuple(timestamps.word_times(
                         placed, durations, cut=cut, kept=len(audio), offset=sent))
                     yield Spoken(audio, heard)

@@ -8,6 +8,7 @@ Its log goes to a file in the run folder. `launch` and `wait_ready` are also how
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -110,8 +111,6 @@ def with_checkout(head: str, settings: dict[str, str]) -> str:
     """The name in ``name@DIR``; with a DIR, records it (resolved) in ``settings`` under `CHECKOUT`, after
     checking that it holds a checkout of this project (its working directory comes first on ``sys.path``,
     so the server runs that tree's code). Raises ``argparse.ArgumentTypeError`` otherwise."""
-    import argparse
-
     name, _, checkout = head.partition("@")
     if checkout:
         if not (Path(checkout) / "app" / "__main__.py").is_file():

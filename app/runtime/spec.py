@@ -56,7 +56,6 @@ class Spec:
             return True
         return settings.backend == "onnxruntime" and not settings.runtime_defaults and self.shape.streams > 1
 
-
     @property
     def wide(self) -> bool:
         """Whether the bridge stays loaded beside the primary as the wide session (`app.runtime.local`): only
