@@ -25,6 +25,11 @@ so the first request (after start, after a restore, or the first inference of th
 over from the bridge) does not pay the runtime's first-call costs. The warm-up calls the backend
 directly: it is not counted as served, and it does not count as the bridge's first inference.
 
+The runtime's files (model, compile cache, ONNX Runtime's saved graph) are **dropped from the page cache**
+once a load has finished and then at most every `SETTLE_S` after an inference (`settle`): what a runtime
+read into its own memory (ONNX Runtime's graph, most of OpenVINO's cache blob) stays cached otherwise, and a
+platform that meters the container's cgroup bills it twice. Pages a runtime still maps are left alone.
+
 Threads: `load_*` and `unload` run in the lifecycle's worker thread (never concurrently with
 each other); `infer` runs in the pool's worker threads; the background loader is joined by
 `unload`, so a release never races a load.
@@ -47,7 +52,7 @@ import numpy.typing as npt
 
 from app.runtime.backends.base import Backend, Inference, Resolved
 from app.runtime.protocol import WIDE
-from lifecycle import trim
+from lifecycle import pagecache, trim
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,11 @@ WARMED_BACKENDS = frozenset({"openvino"})
 (bench/results/coldstart-20261201), its 20-token warm-up took 1.0-1.7 s on the bridge (more with 1 thread per
 stream) and the request after it came no sooner than one on a session that had not run; on the path of a
 start or a restore, that second was pure cost."""
+
+SETTLE_S = 10.0
+"""Least time between two evictions of the runtime's files from the page cache after inferences: OpenVINO reads
+more of its cache blob on the first inferences of longer inputs (160 MB of it here, on the first 120-token
+chunks), then nothing. An eviction costs a few system calls (bench/results/memory-20261202)."""
 
 PRIMARY_WAIT_S = 5.0
 """Longest wait for the bridge's first inference before the primary starts loading anyway."""
@@ -95,6 +105,8 @@ class LocalRuntime:
         """Why the primary failed to load behind the bridge (the bridge serves on); None once a load succeeds."""
         self.on_primary_failed: Callable[[str], None] | None = None
         """Called (from the loader thread) with `primary_error` when the background load fails."""
+        self._settled = 0.0
+        """When `settle` last evicted (monotonic seconds; 0: not since the last load)."""
 
     @property
     def has_bridge(self) -> bool:
@@ -123,6 +135,7 @@ class LocalRuntime:
         self.primary_error = None
         with self._lock:
             self._active = self.primary
+        self.settle()
         return self.resolved
 
     def load_bridged(self, wait_for_request: bool = True) -> Resolved:
@@ -174,6 +187,7 @@ class LocalRuntime:
             self.on_primary(resolved)
         if idle_bridge and self.bridge is not None:
             self._drop(self.bridge)
+        self.settle()
 
     def _warm(self, backend: Backend, resolved: Resolved) -> Resolved:
         """One inference on every stream of a freshly loaded ``backend``, one after another.
@@ -231,6 +245,17 @@ class LocalRuntime:
                         and self._users[id(backend)] == 0)
             if drop:
                 self._drop(backend)
+            if time.monotonic() - self._settled >= SETTLE_S:
+                self.settle()
+
+    def settle(self) -> int:
+        """Evict the loaded runtimes' files from the page cache (not while a background load reads them);
+        returns how many files were advised."""
+        loader = self._loader
+        if loader is not None and loader.is_alive() and threading.current_thread() is not loader:
+            return 0
+        self._settled = time.monotonic()
+        return pagecache.evict(self.files())
 
     @staticmethod
     def _drop(bridge: Backend) -> None:

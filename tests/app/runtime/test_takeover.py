@@ -202,3 +202,42 @@ def test_a_kept_bridge_serves_the_wide_slot_beside_the_primary() -> None:
 def test_which_pools_keep_the_bridge_as_their_wide_session(settings: Settings, streams: int, wide: bool) -> None:
     spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
     assert spec.wide is wide
+
+
+class Filed(Backend):
+    """A backend whose model is a real file, read at load (as ONNX Runtime reads its graph into its heap)."""
+
+    def __init__(self, name: str, path: Path) -> None:
+        super().__init__(name, 0.5)
+        self.path = path
+
+    def load(self) -> Resolved:
+        self.path.read_bytes()
+        return super().load()
+
+    def files(self) -> list[Path]:
+        return [self.path]
+
+
+def test_the_runtimes_files_leave_the_page_cache_after_a_load_and_after_inferences(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a runtime read into its own memory is billed twice while it stays cached: `settle` drops it once the
+    load is done, and again (rate-limited) after inferences, which read more of OpenVINO's blob."""
+    from app.runtime import local
+    from lifecycle.pagecache import resident_bytes
+
+    model = tmp_path / "model.bin"
+    model.write_bytes(np.random.default_rng(0).bytes(8 << 20))
+    runtime = LocalRuntime(Filed("openvino", model))
+    model.read_bytes()
+    if resident_bytes(model) < (4 << 20):
+        pytest.skip(f"{tmp_path} keeps no page cache to measure (tmpfs or a network file system?)")
+    runtime.load_primary()
+    assert resident_bytes(model) < (1 << 20)
+    model.read_bytes()  # something reads it again while serving
+    monkeypatch.setattr(local, "SETTLE_S", 3600.0)
+    runtime.infer(0, tokens(5), STYLE, 1.0)
+    assert resident_bytes(model) > (4 << 20)  # not yet: the last eviction was just now
+    monkeypatch.setattr(local, "SETTLE_S", 0.0)
+    runtime.infer(0, tokens(5), STYLE, 1.0)
+    assert resident_bytes(model) < (1 << 20)
