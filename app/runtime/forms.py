@@ -188,7 +188,7 @@ def _make_dequant(source: Path, directory: Path, *, f16: bool = False) -> None:
 
 
 def _make_dequant16(source: Path, directory: Path) -> None:
-    """From the ``dequant`` form beside it when that is already made (a read and a save, about 2 s), else from
+    """From the ``dequant`` form beside it when that is already made (a read and a save, about 1 s), else from
     the source (the dequantization again, about 5 s)."""
     import openvino as ov
 
