@@ -32,11 +32,16 @@ from app.audio import SAMPLE_RATE
 from app.runtime import backends
 from app.runtime.tuning import Candidate
 from app.sizing import PoolShape
+from lifecycle import trim
 
 log = logging.getLogger(__name__)
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
+    # The server's malloc settings (`lifecycle.trim`), so that the peak RSS the tuner prices is the one the
+    # server's inference process will have.
+    malloc = {"arenas": trim.limit_arenas(int(job.get("malloc_arenas", 0))),
+              "mmap_threshold": trim.fix_mmap_threshold(int(job.get("malloc_mmap_threshold_kb", 0)))}
     if job.get("affinity"):  # tuning for a smaller budget than the machine's (`python -m app tune --cpus`)
         os.sched_setaffinity(0, job["affinity"])
     candidate = Candidate.from_json(job["candidate"])
@@ -98,7 +103,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     audio_s = samples[0] / SAMPLE_RATE
     return {"candidate": candidate.name, "efficiency": audio_s / cpu_s, "throughput": audio_s / wall_s,
             "audio_s": audio_s, "cpu_s": cpu_s, "wall_s": wall_s, "load_s": resolved.load_s,
-            "peak_rss_mb": _peak_rss_mb(),
+            "peak_rss_mb": _peak_rss_mb(), "malloc": malloc,
             "resolved": {k: v for k, v in asdict(resolved).items() if k != "extra"}}
 
 

@@ -277,6 +277,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
         ranking = Ranking(cpus, settings.tune_memory_price, psutil.Process().memory_info().rss / 2**20)
         base = {"folder": str(folder), "work": str(work), "model_path": str(model_path),
                 "shape_cache": settings.shape_cache, "affinity": pinned,
+                "malloc_arenas": settings.malloc_arenas, "malloc_mmap_threshold_kb": settings.malloc_mmap_threshold_kb,
                 # ONNX Runtime serves from its saved, optimized graph: measure that, and leave it made.
                 "optimized_dir": str(writable / "onnxruntime") if settings.compile_cache else ""}
         log.info("tuning %d candidates on %d CPUs (%s), up to %d rounds", len(pool), cpus, key.cpu, rounds)

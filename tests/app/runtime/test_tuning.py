@@ -143,6 +143,9 @@ def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: 
 
     def trial(candidate: Candidate, job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]:
         outcome, audio = tuner.subprocess_trial(candidate, job)
+        # Each trial runs with the server's malloc settings, so its peak RSS is the server's.
+        assert job["malloc_mmap_threshold_kb"] == Settings().malloc_mmap_threshold_kb > 0
+        assert outcome["malloc"] == {"arenas": True, "mmap_threshold": True}
         if candidate == broken:
             rng = np.random.default_rng(0)
             audio = {k: rng.normal(0, 0.3, len(v)).astype(np.float32) for k, v in audio.items()}
