@@ -14,7 +14,7 @@ import uvicorn
 
 from app.http.server import create_app
 from app.settings import Settings, SettingsError, documented
-from lifecycle.trim import fix_mmap_threshold, limit_arenas
+from lifecycle.trim import configure_malloc
 
 log = logging.getLogger("app")
 
@@ -64,8 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("invalid setting: %s", exc)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    limit_arenas(settings.malloc_arenas)
-    fix_mmap_threshold(settings.malloc_mmap_threshold_kb)
+    configure_malloc(settings.malloc_arenas, settings.malloc_mmap_threshold_kb)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, workers=1, log_level=settings.log_level,
                             timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None, lifespan="on",

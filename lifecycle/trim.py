@@ -62,6 +62,12 @@ def fix_mmap_threshold(kib: int) -> bool:
         return False
 
 
+def configure_malloc(arenas: int, mmap_threshold_kb: int) -> dict[str, bool]:
+    """`limit_arenas` and `fix_mmap_threshold` together, as the server's processes set them at start (before
+    threads); what each call applied."""
+    return {"arenas": limit_arenas(arenas), "mmap_threshold": fix_mmap_threshold(mmap_threshold_kb)}
+
+
 @functools.cache
 def _libc() -> ctypes.CDLL:
     # find_library runs ``ldconfig -p`` (a subprocess) on every call: look the library up once per process.

@@ -96,10 +96,9 @@ def main(argv: list[str]) -> int:
     outbox = Connection(int(argv[1]), readable=False)
     spec: Spec = inbox.recv()
     logging.basicConfig(level=spec.settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from lifecycle.trim import fix_mmap_threshold, limit_arenas
+    from lifecycle.trim import configure_malloc
 
-    limit_arenas(spec.settings.malloc_arenas)
-    fix_mmap_threshold(spec.settings.malloc_mmap_threshold_kb)
+    configure_malloc(spec.settings.malloc_arenas, spec.settings.malloc_mmap_threshold_kb)
     runtime = build_runtime(spec)
     if spec.has_bridge or spec.settings.backend == "onnxruntime":
         # Before the first message: at start the process is started ahead of its load, beside the server's

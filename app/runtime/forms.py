@@ -79,7 +79,7 @@ def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
     if maker is None:
         raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
     digest = model_sha256 or modelfile.sha256_of(model_path)
-    relative = Path("forms") / digest[:16] / f"{form}{_REVISIONS.get(form, '')}-ov{_openvino_version()}"
+    relative = Path("forms") / digest[:16] / _dirname(form)
     for root in [r for r in read_only if r is not None] + [writable]:
         if _complete(root / relative):
             return root / relative / MODEL
@@ -156,6 +156,12 @@ def _files_digest(directory: Path, files: dict[str, int]) -> str:
     return hasher.hexdigest()
 
 
+def _dirname(form: str) -> str:
+    """The directory a derived form's files live in, below its source's: named by the form, its maker's revision
+    and the OpenVINO version that made it."""
+    return f"{form}{_REVISIONS.get(form, '')}-ov{_openvino_version()}"
+
+
 def _openvino_version() -> str:
     try:
         return metadata.version("openvino")
@@ -193,7 +199,7 @@ def _make_dequant16(source: Path, directory: Path) -> None:
     import openvino as ov
 
     # ``directory`` is the partial one, in the directory the finished forms of this source share.
-    sibling = directory.parent / f"{DEQUANT}{_REVISIONS[DEQUANT]}-ov{_openvino_version()}"
+    sibling = directory.parent / _dirname(DEQUANT)
     if not _complete(sibling):
         _make_dequant(source, directory, f16=True)
         return

@@ -106,7 +106,7 @@ class LocalRuntime:
         self.on_primary_failed: Callable[[str], None] | None = None
         """Called (from the loader thread) with `primary_error` when the background load fails."""
         self._settled = 0.0
-        """When `settle` last evicted (monotonic seconds; 0: not since the last load)."""
+        """When `settle` last evicted (monotonic seconds; 0 before the first)."""
 
     @property
     def has_bridge(self) -> bool:

@@ -40,8 +40,7 @@ log = logging.getLogger(__name__)
 def run(job: dict[str, Any]) -> dict[str, Any]:
     # The server's malloc settings (`lifecycle.trim`), so that the peak RSS the tuner prices is the one the
     # server's inference process will have.
-    malloc = {"arenas": trim.limit_arenas(int(job.get("malloc_arenas", 0))),
-              "mmap_threshold": trim.fix_mmap_threshold(int(job.get("malloc_mmap_threshold_kb", 0)))}
+    malloc = trim.configure_malloc(int(job.get("malloc_arenas", 0)), int(job.get("malloc_mmap_threshold_kb", 0)))
     if job.get("affinity"):  # tuning for a smaller budget than the machine's (`python -m app tune --cpus`)
         os.sched_setaffinity(0, job["affinity"])
     candidate = Candidate.from_json(job["candidate"])
