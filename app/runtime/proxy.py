@@ -132,15 +132,29 @@ class ProcessRuntime:
         return self._load("bridged", wait_for_request)
 
     def _load(self, mode: Literal["primary", "bridged"], wait_for_request: bool = True) -> Resolved:
-        if self._child is not None and self._child.process.poll() is not None:
-            self._reap()  # died since: start afresh
-        if self._child is None:
-            self._start()
-        assert self._child is not None
-        self._loaded = Future()
-        self._child.send(messages.Load(mode, wait_for_request))
+        while True:
+            if self._child is not None and (self._child.ended or self._child.process.poll() is not None):
+                # Died since: start afresh. ``ended`` as well as the exit status: a killed process closes its
+                # pipes before the kernel reports it gone, and with its threads busy that takes seconds (CI saw a
+                # restore send its load to such a process and wait forever for the answer).
+                self._reap()
+            if self._child is None:
+                self._start()
+            child = self._child
+            assert child is not None
+            with self._lock:
+                # Set under the lock the reader ends under: either it sees this future and fails it, or
+                # this sees that it has ended and starts another process.
+                if child.ended:
+                    continue
+                self._loaded = loaded = Future[Resolved]()
+            break
         try:
-            resolved = self._loaded.result()
+            child.send(messages.Load(mode, wait_for_request))
+            resolved = loaded.result()
+        except OSError as exc:
+            self._reap()
+            raise WorkerGone(f"the inference process is gone ({exc})") from exc
         except WorkerGone:
             self._reap()
             raise
@@ -272,10 +286,11 @@ class ProcessRuntime:
         with self._lock:
             child.ended = True
             pending, self._pending = self._pending, {}
+            loaded = self._loaded if child is self._child else None  # a late reader fails no newer load
         for future in pending.values():
             future.set_exception(gone)
-        if self._loaded is not None and not self._loaded.done():
-            self._loaded.set_exception(gone)
+        if loaded is not None and not loaded.done():
+            loaded.set_exception(gone)
         if self._active is not None and child is self._child:
             log.error("the inference process %d ended unexpectedly (exit status %s): %d calls failed",
                       child.process.pid, code, len(pending))

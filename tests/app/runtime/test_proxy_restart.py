@@ -1,0 +1,46 @@
+"""A load after the inference process died starts a fresh one, even before its exit is reported."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.runtime.backends.base import Resolved
+from app.runtime.proxy import ProcessRuntime, WorkerGone
+from app.runtime.spec import Spec
+from app.settings import Settings
+from app.sizing import PoolShape
+from tests.app.runtime.lingering_child import LINGER_S
+
+
+def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(tmp_path: Path) -> None:
+    settings = Settings.from_env({}, cache_dir=tmp_path)
+    runtime = ProcessRuntime(Spec(settings=settings, model_path=tmp_path / "m.onnx", shape=PoolShape(1, 1),
+                                  writable=tmp_path))
+    runtime.child_module = "tests.app.runtime.lingering_child"
+    runtime.load_primary()
+    child = runtime._child
+    assert child is not None
+    with pytest.raises(WorkerGone):
+        runtime.infer(0, np.zeros((1, 8), np.int64), np.zeros((1, 256), np.float32), 1.0)
+    assert not runtime.intact()
+    assert child.process.poll() is None  # the window: its answers are over, its exit not yet reported
+
+    loaded: list[Resolved] = []
+    started = time.monotonic()
+    loader = threading.Thread(target=lambda: loaded.append(runtime.load_primary()), daemon=True)
+    loader.start()
+    loader.join(LINGER_S + 20)
+    try:
+        # Before the fix the load went to the dying process and waited for an answer that never came.
+        assert loaded, "the load never returned"
+        assert runtime._child is not None and runtime._child is not child
+        assert child.process.poll() is not None  # waited for, not left a zombie
+        assert runtime.intact() and runtime.loaded
+        assert time.monotonic() - started < LINGER_S + 15
+    finally:
+        runtime.unload()
