@@ -63,6 +63,13 @@ class _ChildProcess:
         """Set (under the runtime's lock) once its reader saw the end of the pipe."""
         self.send(spec)
 
+    @property
+    def alive(self) -> bool:
+        """Neither its pipe ended nor its exit reported. Both: a killed process closes its pipes before the kernel
+        reports it gone, and with its threads busy that takes seconds (CI saw a restore send its load to such a
+        process and wait forever for the answer)."""
+        return not self.ended and self.process.poll() is None
+
     def send(self, message: messages.ToChild | Spec) -> None:
         with self.send_lock:
             self.outbox.send(message)
@@ -121,7 +128,7 @@ class ProcessRuntime:
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""
         child = self._child
-        return self._active is None or (child is not None and not child.ended and child.process.poll() is None)
+        return self._active is None or (child is not None and child.alive)
 
     # --- lifecycle (called one at a time) ----------------------------------------------------
 
@@ -133,11 +140,8 @@ class ProcessRuntime:
 
     def _load(self, mode: Literal["primary", "bridged"], wait_for_request: bool = True) -> Resolved:
         while True:
-            if self._child is not None and (self._child.ended or self._child.process.poll() is not None):
-                # Died since: start afresh. ``ended`` as well as the exit status: a killed process closes its
-                # pipes before the kernel reports it gone, and with its threads busy that takes seconds (CI saw a
-                # restore send its load to such a process and wait forever for the answer).
-                self._reap()
+            if self._child is not None and not self._child.alive:
+                self._reap()  # died since: start afresh
             if self._child is None:
                 self._start()
             child = self._child
@@ -181,7 +185,7 @@ class ProcessRuntime:
         """What the inference process read: what it lists, and what it may have been reading
         without having listed it yet (a background load cut short by the release)."""
         found: list[Path] = []
-        if self._child is not None and self._child.process.poll() is None:
+        if self._child is not None and self._child.alive:
             try:
                 answer = self._call(messages.ListFiles, timeout=EXIT_WAIT_S)
                 assert isinstance(answer, messages.Files)
