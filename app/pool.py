@@ -96,10 +96,12 @@ class Playback:
         fixed part once, and longer stretches of natural prosody); one near its deadline a short one,
         never shorter than ``floor`` (the first chunk's bound: below it the fixed part of every
         inference costs more than the deadline gains) nor longer than ``ceiling``. ``fallback`` until
-        the pool has measured its speed, or before the first audio.
+        the pool has measured its speed, before the first audio, and while the pool does not keep up with
+        its listeners (`StreamPool.keeps_up`): then every request is short of slack, shorter chunks would
+        only add inferences, each paying its fixed part, and the listeners would get less audio, not more.
         """
         per_token = self.pool.measured_seconds_per_token
-        if per_token is None or self.started is None:
+        if per_token is None or self.started is None or not self.pool.keeps_up():
             return fallback
         return max(floor, min(ceiling, int(self.slack_s() / per_token)))
 
@@ -120,7 +122,7 @@ class _Waiter:
 
 class StreamPool:
     def __init__(self, slots: int, queue_size: int, *, scheduler: str = "deadline", margin_s: float = 1.0,
-                 realtime_factor: float = 0.0) -> None:
+                 realtime_factor: float = 0.0, slack_headroom: float = 0.0) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
         if scheduler not in SCHEDULERS:
@@ -130,6 +132,8 @@ class StreamPool:
         self.scheduler = scheduler
         self.margin_s = margin_s
         self.realtime_factor = realtime_factor
+        self.slack_headroom = slack_headroom
+        """`keeps_up`'s factor; 0 counts the pool as keeping up whatever its load."""
         self._free = list(range(slots))
         self._waiters: list[_Waiter] = []
         self._limiter = anyio.CapacityLimiter(slots)
@@ -187,10 +191,19 @@ class StreamPool:
             return None
         return self.slots * self._audio_per_s
 
+    def keeps_up(self) -> bool:
+        """Whether the pool makes audio at least `slack_headroom` times as fast as the requests playing (this one
+        included) listen to it at 1x, by its measured real-time capacity; True until that is measured."""
+        capacity = self.realtime_capacity
+        if capacity is None or self.slack_headroom <= 0:
+            return True
+        return capacity >= self.slack_headroom * max(1, self._playing)
+
     def snapshot(self) -> dict[str, object]:
         return {"scheduler": self.scheduler, "busy": self._busy, "waiting": self.waiting, "playing": self._playing,
                 "admitted": self._admitted, "realtime_capacity": self.realtime_capacity,
-                "realtime_factor": self.realtime_factor, "seconds_per_token": self.seconds_per_token,
+                "realtime_factor": self.realtime_factor, "keeps_up": self.keeps_up(),
+                "seconds_per_token": self.seconds_per_token,
                 "granted": dict(self.granted), "held_back": self.held_back}
 
     @contextmanager

@@ -71,7 +71,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     baked = settings.baked_cache_dir
     frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)
     pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
-                      realtime_factor=settings.realtime_factor)
+                      realtime_factor=settings.realtime_factor, slack_headroom=settings.slack_headroom)
     engine = Engine(runtime, pool, frontend, voices, vocab,
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, slack_chunks=settings.slack_chunks,

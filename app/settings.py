@@ -117,6 +117,11 @@ class Settings:
     rule alone) by default: where a stream runs at about 1x real time no request has slack, every later
     chunk fell to the floor and efficiency dropped 9-15 % for no better first audio
     (bench/results/latency-20261201-slack)."""
+    slack_headroom: float = 1.5
+    """With ``TTS_SLACK_CHUNKS``: later chunks are sized from the slack only while the pool's measured real-time
+    capacity (audio-seconds it makes per second) is at least this many times the requests playing; below it
+    every request is short of slack and the doubling rule keeps chunks long, which makes the most audio. 0
+    sizes from the slack at any load."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
     voice_aliases: str = ""
@@ -205,6 +210,7 @@ class Settings:
             ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
             ("deadline_margin_s", 0 <= self.deadline_margin_s <= 60, "between 0 and 60"),
             ("realtime_factor", 0 <= self.realtime_factor <= 100, "0 (off) or a positive factor up to 100"),
+            ("slack_headroom", 0 <= self.slack_headroom <= 100, "0 (off) or a positive factor up to 100"),
             ("shape_cache", self.shape_cache >= -1, "-1 (OpenVINO's default), 0 (off) or more"),
             ("tune_memory_price", 0 <= self.tune_memory_price <= 10, "between 0 and 10"),
             ("max_input_chars", self.max_input_chars > 0, "positive"),

@@ -130,6 +130,9 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             env = config.env(quiet_window_s=0, queue_size=32)
             env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(work / "server-cache"),
                         "TTS_LOG_LEVEL": "info", **settings})
+            if settings.get("TTS_BACKEND") == "auto":  # a tuned variant serves the tuned shape unless it sets one
+                for key in ("TTS_STREAMS", "TTS_THREADS_PER_STREAM"):
+                    env[key] = settings.get(key, "0")
             evict([model, *files_under(work / "server-cache")])
             checkout = env.pop(CHECKOUT, None)
             server = Server(config, env, work / "logs" / f"{name}.log", label=f"latency-{name}",
@@ -137,6 +140,10 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             server.start()
             servers[name] = server
             ready_s = server.wait_ready()
+            info = client.get_json(server.url, "/v1/info")
+            results["variants"][name]["served"] = (
+                f"{(info.get('engine') or {}).get('backend') or info.get('backend')} "
+                f"{info['pool']['streams']}x{info['pool']['threads_per_stream']}")
             first = _first_request(server, corpus.shortest().text, corpus.shortest().voice)
             results["variants"][name]["start"] = {"ready_s": ready_s, **first}
             _progress(f"{name}: ready {ready_s:.1f} s; first request after start {first['first_s']:.2f} s, "
@@ -184,12 +191,13 @@ def render(results: dict[str, Any]) -> str:
     names = list(results["variants"])
     lines = [f"# Latency run `{run_info['id']}`", "",
              f"- {run_info.get('started')} to {run_info.get('finished')}, {results['machine'].get('cpu_model')}, "
-             f"OpenVINO {run_info['shape']}, corpus {results['corpus']['name']}; {run_info['ramp_s']:g} s ramp + "
+             f"sized shape {run_info['shape']} unless a variant serves another, corpus {results['corpus']['name']}; "
+             f"{run_info['ramp_s']:g} s ramp + "
              f"{run_info['window_s']:g} s window per level, variants interleaved.",
              f"- Command: `{run_info['command']}`", ""]
-    lines += ["| variant | settings |", "|---|---|"]
-    lines += [f"| `{n}` | {', '.join(f'`{k}={v}`' for k, v in v['settings'].items()) or 'defaults'} |"
-              for n, v in results["variants"].items()]
+    lines += ["| variant | settings | served (streams x threads) |", "|---|---|---|"]
+    lines += [f"| `{n}` | {', '.join(f'`{k}={v}`' for k, v in v['settings'].items()) or 'defaults'} | "
+              f"{v.get('served', '')} |" for n, v in results["variants"].items()]
     lines += ["", "## First request after start", "", "| variant | ready s | first request s | same request warm s "
               "| ratio |", "|---|---|---|---|---|"]
     for name in names:

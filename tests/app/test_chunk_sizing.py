@@ -86,6 +86,33 @@ def test_the_doubling_rule_holds_until_the_pool_has_measured_its_speed() -> None
     assert Playback(order=1, pool=pool).chunk_bound(FALLBACK, floor=FLOOR, ceiling=CEILING) == FALLBACK
 
 
+def test_a_pool_short_of_capacity_keeps_the_doubling_rule() -> None:
+    """Below `slack_headroom` x the requests playing, the slack rule would only shorten chunks: doubling holds."""
+    pool = StreamPool(1, 4, margin_s=1.0, slack_headroom=1.5)
+    assert pool.keeps_up()  # nothing measured yet: the slack rule's own conditions decide
+
+    async def measure() -> None:  # 0.2 audio-s per inference of at least 20 ms: at most 10 audio-s per second
+        for _ in range(MIN_OBSERVED):
+            await pool.run(lambda slot: time.sleep(0.02), tokens=1, audio_s=lambda _: 0.2)
+
+    asyncio.run(measure())
+    capacity = pool.realtime_capacity
+    assert capacity is not None and 1.5 <= capacity <= 10.0
+    per_token = pool.measured_seconds_per_token
+    assert per_token is not None
+    one = _clock(pool, started_ago=0.0, sent_s=1.0 + 50 * per_token)  # one listener, 50 tokens of slack
+    assert pool.playing == 1 and pool.keeps_up()
+    assert _bound(one) not in (FALLBACK, FLOOR)
+    others = [_clock(pool, started_ago=0.0, sent_s=1.0) for _ in range(7)]  # 8 listeners need 12 audio-s/s
+    assert pool.playing == 8 and not pool.keeps_up()
+    assert _bound(one) == FALLBACK
+    assert pool.snapshot()["keeps_up"] is False
+    off = StreamPool(1, 4, slack_headroom=0.0)
+    off._playing = 1000
+    assert off.keeps_up()  # 0: sized from the slack at any load
+    assert others
+
+
 class TimedRuntime(FakeRuntime):
     """The fake runtime, taking ``per_token_s`` per token, recording each inference's token count."""
 
