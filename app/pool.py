@@ -192,12 +192,13 @@ class StreamPool:
         return self.slots * self._audio_per_s
 
     def keeps_up(self) -> bool:
-        """Whether the pool makes audio at least `slack_headroom` times as fast as the requests playing (this one
-        included) listen to it at 1x, by its measured real-time capacity; True until that is measured."""
+        """Whether the pool makes audio at least `slack_headroom` times as fast as its requests listen to it at 1x,
+        by its measured real-time capacity: every admitted request counts, playing or still waiting for its first
+        chunk (each will need 1 audio-second per second). True until the capacity is measured."""
         capacity = self.realtime_capacity
         if capacity is None or self.slack_headroom <= 0:
             return True
-        return capacity >= self.slack_headroom * max(1, self._playing)
+        return capacity >= self.slack_headroom * max(1, self._playing, self._admitted)
 
     def snapshot(self) -> dict[str, object]:
         return {"scheduler": self.scheduler, "busy": self._busy, "waiting": self.waiting, "playing": self._playing,

@@ -109,17 +109,18 @@ class Settings:
     90 MB), and the pool's streams wait for it: a request alone gets the CPUs a busy pool would share out.
     Only where the pool has more than one stream; needs ``TTS_RESTORE_BRIDGE``; 0 turns it off (the bridge
     is then dropped once the primary serves)."""
-    slack_chunks: bool = False
+    slack_chunks: bool = True
     """Size each later chunk when it is due from its request's playback slack (audio sent, less playback
     elapsed, less ``TTS_DEADLINE_MARGIN_S``) and the pool's measured seconds per token: as many tokens as
     fit, at least ``TTS_FIRST_CHUNK_TOKENS`` and at most ``TTS_MAX_CHUNK_TOKENS``, cut at a sentence, clause
-    or word; until the pool has measured its speed, each bound twice the one before. Off (the doubling
-    rule alone) by default: where a stream runs at about 1x real time no request has slack, every later
-    chunk fell to the floor and efficiency dropped 9-15 % for no better first audio
-    (bench/results/latency-20261201-slack)."""
+    or word; each bound twice the one before (the doubling rule) until the pool has measured its speed, and
+    while it does not keep up with its requests (``TTS_SLACK_HEADROOM``). On a 2-vCPU Zen 5 it took the
+    stalls at 1-2 clients from 1.9-2.2 to 0 s per audio-minute at the same efficiency
+    (bench/results/latency-20261202-zen5-2x1); 0 keeps the doubling rule alone."""
     slack_headroom: float = 1.5
     """With ``TTS_SLACK_CHUNKS``: later chunks are sized from the slack only while the pool's measured real-time
-    capacity (audio-seconds it makes per second) is at least this many times the requests playing; below it
+    capacity (audio-seconds it makes per second) is at least this many times the requests admitted (playing or
+    waiting for their first chunk); below it
     every request is short of slack and the doubling rule keeps chunks long, which makes the most audio. 0
     sizes from the slack at any load."""
     default_voice: str = ""

@@ -90,14 +90,15 @@ def _first_audio_s(url: str, text: str, voice: str) -> float:
 
 def _alone(server: Server, corpus: corpus_mod.Corpus) -> dict[str, Any]:
     """First audio of every corpus utterance sent alone. The client hangs up at the first audio; the chunk the
-    server had started meanwhile finishes on its own stream, so the next request waits only until a stream is
-    free and nothing waits for one (on the CPUs the other streams do not use)."""
+    server had started meanwhile finishes first, so the next request finds the pool idle: nothing running and
+    nothing waiting, as a request alone on an idle server does (until 2026-12-02 it waited only for one free
+    stream, which on a pool of several streams left it beside the hung-up chunk and off the wide session)."""
     found: dict[str, float] = {}
     for utterance in corpus.utterances:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             pool = client.get_json(server.url, "/v1/info")["pool"]
-            if pool["busy"] < pool["slots"] and pool["waiting"] == 0:
+            if pool["busy"] == 0 and pool["waiting"] == 0:
                 break
             time.sleep(0.05)
         found[utterance.id] = _first_audio_s(server.url, utterance.text, utterance.voice)
@@ -130,6 +131,10 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             env = config.env(quiet_window_s=0, queue_size=32)
             env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(work / "server-cache"),
                         "TTS_LOG_LEVEL": "info", **settings})
+            # The server's own default unless the variant sets it (the sized configuration turns the wide session
+            # off, so before 2026-12-02 no latency run had it unless a variant named TTS_WIDE_CHUNK_TOKENS).
+            env.pop("TTS_WIDE_CHUNK_TOKENS", None)
+            env.update({k: v for k, v in settings.items() if k == "TTS_WIDE_CHUNK_TOKENS"})
             if settings.get("TTS_BACKEND") == "auto":  # a tuned variant serves the tuned shape unless it sets one
                 for key in ("TTS_STREAMS", "TTS_THREADS_PER_STREAM"):
                     env[key] = settings.get(key, "0")

@@ -107,6 +107,12 @@ def test_a_pool_short_of_capacity_keeps_the_doubling_rule() -> None:
     assert pool.playing == 8 and not pool.keeps_up()
     assert _bound(one) == FALLBACK
     assert pool.snapshot()["keeps_up"] is False
+    crowded = StreamPool(1, 32, margin_s=1.0, slack_headroom=1.5)
+    crowded._audio_per_s, crowded._observed = 4.0, MIN_OBSERVED  # 4 audio-s per second
+    with crowded.admit(), crowded.admit():
+        assert crowded.keeps_up()  # 2 requests need 3 audio-s per second at 1.5 x
+        with crowded.admit():
+            assert not crowded.keeps_up()  # a third waiting for its first chunk counts too: 4.5 > 4
     off = StreamPool(1, 4, slack_headroom=0.0)
     off._playing = 1000
     assert off.keeps_up()  # 0: sized from the slack at any load

@@ -101,6 +101,20 @@ def test_openvino_keeps_ties_and_onnxruntime_wins_by_more() -> None:
     assert beaten is not None and beaten.candidate == ORT_2X1 and "above the best OpenVINO form" in why
 
 
+def test_more_streams_win_a_tie_within_a_backend() -> None:
+    """This Zen 5's tuning: ONNX Runtime 1 x 2 scored 2.8 % above 2 x 1; two streams let a first chunk start
+    beside a running one, so 2 x 1 is chosen. Beyond the tie, or against another backend, the score decides."""
+    wider, why = tuner.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.49)])
+    assert wider is not None and wider.candidate == ORT_2X1 and "more streams" in why
+    best, why = tuner.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.3)])
+    assert best is not None and best.candidate == ORT_1X2 and "more streams" not in why
+    ov_1x2 = Candidate("openvino", "f32", 1, 2)
+    kept, why = tuner.choose([result(ov_1x2, 1.0), result(ORT_2X1, 1.01)])
+    assert kept is not None and kept.candidate == ov_1x2 and "ties" in why  # OpenVINO's tie, no wider OpenVINO
+    both, why = tuner.choose([result(ORT_1X2, 1.02), result(ov_1x2, 1.0), result(OV_2X1, 0.985)])
+    assert both is not None and both.candidate == OV_2X1 and "ties" in why and "more streams" in why
+
+
 def test_memory_priced_as_an_instance_bills_it_can_turn_the_choice() -> None:
     """Figures like this Xeon's trials: OpenVINO's dequantized f32 form 5 % more efficient than ONNX Runtime but
     at 2.5 GB against 0.5 GB. On CPU efficiency alone OpenVINO wins; priced as Cloud Run bills an instance
