@@ -116,7 +116,9 @@ class Settings:
     or word; each bound twice the one before (the doubling rule) until the pool has measured its speed, and
     while it does not keep up with its requests (``TTS_SLACK_HEADROOM``). On a 2-vCPU Zen 5 it took the
     stalls at 1-2 clients from 1.9-2.2 to 0 s per audio-minute at the same efficiency
-    (bench/results/latency-20261202-zen5-2x1); 0 keeps the doubling rule alone."""
+    (bench/results/latency-20261202-zen5-2x1). The same text is then cut where the load of the moment allows (the
+    same words, other joins, so the audio can differ slightly between two requests); 0 keeps the doubling rule
+    alone, whose cuts depend on the text only."""
     slack_headroom: float = 1.5
     """With ``TTS_SLACK_CHUNKS``: later chunks are sized from the slack only while the pool's measured real-time
     capacity (audio-seconds it makes per second) is at least this many times the requests admitted (playing or
