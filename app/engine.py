@@ -72,7 +72,8 @@ class Engine:
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
-                 timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0) -> None:
+                 timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
+                 idle_first_chunk_tokens: int = 0) -> None:
         self.runtime = runtime
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
@@ -84,6 +85,9 @@ class Engine:
         self.vocab = vocab
         self.default_lang = default_lang
         self.first_chunk_tokens = first_chunk_tokens
+        self.idle_first_chunk_tokens = idle_first_chunk_tokens
+        """Bound on the first chunk of a request that finds the pool idle (nothing running, nothing waiting), where
+        smaller than ``first_chunk_tokens``: its extra inference runs on CPUs nothing else wants. 0: the same."""
         self.max_chunk_tokens = max_chunk_tokens
         self.slack_chunks = slack_chunks
         """Size later chunks from the playback clock (`app.pool.Playback.chunk_bound`), else double each bound."""
@@ -137,7 +141,7 @@ class Engine:
         so the chunks are ``plan.chunks``), or, with ``slack_chunks`` once the pool has measured its speed,
         as many tokens as the pool infers in the request's slack.
         """
-        first_limit = min(self.first_chunk_tokens, self.max_chunk_tokens)
+        first_limit = min(self._first_bound(), self.max_chunk_tokens)
         phonemes, rest = chunker.first(plan.phonemes, first_limit, self.max_chunk_tokens)
         bound = first_limit
         skip = 0  # non-whitespace characters of the chunks before this one, to place its words
@@ -170,6 +174,14 @@ class Engine:
                 bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=self.max_chunk_tokens)
                          if self.slack_chunks else doubled)
                 phonemes, rest = chunker.take(rest, bound)
+
+    def _first_bound(self) -> int:
+        """The first chunk's bound: ``idle_first_chunk_tokens`` where set and the pool is idle, else
+        ``first_chunk_tokens``."""
+        idle = self.pool.busy == 0 and self.pool.waiting == 0
+        if idle and 0 < self.idle_first_chunk_tokens < self.first_chunk_tokens:
+            return self.idle_first_chunk_tokens
+        return self.first_chunk_tokens
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                speed: float, pause_s: float | None

@@ -77,7 +77,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                     max_chunk_tokens=settings.max_chunk_tokens, slack_chunks=settings.slack_chunks,
                     release_frontend=settings.release_frontend,
                     choice=choice, timestamps=timestamps, start_bridge=settings.start_bridge,
-                    wide_chunk_tokens=settings.wide_chunk_tokens)
+                    wide_chunk_tokens=settings.wide_chunk_tokens,
+                    idle_first_chunk_tokens=settings.idle_first_chunk_tokens)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape

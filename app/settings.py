@@ -99,6 +99,14 @@ class Settings:
     sentence, else its first clauses or words within the bound; a first sentence that would leave a rest
     of under 10 tokens is taken whole, since each inference costs a fixed part). At about 0.9 s of inference per
     audio-second on one thread (OpenVINO 2 x 1 here), 30 tokens is about 2 s of speech."""
+    idle_first_chunk_tokens: int = 20
+    """Bound on the first model chunk of a request that finds every stream idle and nothing waiting, where it is
+    smaller than ``TTS_FIRST_CHUNK_TOKENS``: a request alone starts sooner, and the extra inference its shorter
+    first chunk costs runs on CPUs nothing else wants; under load the first chunk keeps
+    ``TTS_FIRST_CHUNK_TOKENS``. On a 2-vCPU Zen 5: first audio alone 0.54 s p50 against 0.66 s, one client 0.43
+    against 0.67 s, no less efficient at 2-8 clients (bench/results/latency-20261202-zen5-idle20); 20 tokens for
+    every first chunk cost 3-4 % of efficiency at 4-8 clients (latency-20261202-zen5-first20). 0 gives every first
+    chunk ``TTS_FIRST_CHUNK_TOKENS``."""
     max_chunk_tokens: int = 120
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
@@ -218,6 +226,8 @@ class Settings:
             ("tune_memory_price", 0 <= self.tune_memory_price <= 10, "between 0 and 10"),
             ("max_input_chars", self.max_input_chars > 0, "positive"),
             ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),
+            ("idle_first_chunk_tokens", self.idle_first_chunk_tokens == 0 or 10 <= self.idle_first_chunk_tokens <= 510,
+             "0 or between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
             ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,
              "0 (off) or between 10 and 510"),

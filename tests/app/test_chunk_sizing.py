@@ -210,3 +210,40 @@ def test_audio_of_sized_chunks_is_the_whole_text() -> None:
     tokens = len(engine.vocab.ids(TEXT))
     # The fake's tone is all sound (nothing to trim but a few samples): about one 25 ms unit per token.
     assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds
+
+
+def test_a_request_that_finds_the_pool_idle_gets_the_smaller_first_chunk() -> None:
+    """``idle_first_chunk_tokens``: alone, the first chunk is cut within it; beside a running inference, within
+    ``first_chunk_tokens``; nothing is lost either way."""
+    engine, runtime = _engine(0.001, slack=False)
+    engine.idle_first_chunk_tokens = 15
+    text = " ".join(TEXT.split(" ")[:24])
+    heard, _ = _speak(engine, text)
+    assert runtime.tokens[0] <= 15 and heard == text.split()
+    alone = list(runtime.tokens)
+
+    async def beside_a_running_inference() -> list[int]:
+        gate = asyncio.Event()
+        release = asyncio.get_running_loop()
+
+        def hold(slot: int) -> None:
+            while not gate.is_set():
+                time.sleep(0.001)
+
+        holder = asyncio.create_task(engine.pool.run(hold))
+        while engine.pool.busy == 0:
+            await asyncio.sleep(0.001)
+        runtime.tokens.clear()
+        spoken = engine.stream_timed(engine.plan(text, "jf_alpha", 1.0))
+        first = asyncio.create_task(spoken.__anext__())
+        await asyncio.sleep(0.01)  # the first chunk was cut and waits for the held slot
+        release.call_soon(gate.set)
+        await first
+        async for _ in spoken:
+            pass
+        await holder
+        return list(runtime.tokens)
+
+    busy = asyncio.run(beside_a_running_inference())
+    assert 15 < busy[0] <= FLOOR and busy != alone
+    assert sum(busy) == sum(alone) or abs(sum(busy) - sum(alone)) <= len(busy) + len(alone)  # the same text
