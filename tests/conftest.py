@@ -101,7 +101,12 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`), then,
     with ``primary``, until the primary form serves (`until_primary`)."""
     port = free_port()
-    env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
+    # Chunks cut by the text alone unless a test asks otherwise: many tests prove that nothing was lost by comparing
+    # a response byte for byte with the same request's audio earlier, and the defaults cut a request's chunks where
+    # the moment's load allows (slack-sized later chunks, a smaller first chunk on an idle pool). Those defaults
+    # are tested through a real server in tests/app/http/test_captioned_live.py (every word heard, in order).
+    env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1", "TTS_SLACK_CHUNKS": "0",
+           "TTS_IDLE_FIRST_CHUNK_TOKENS": "0"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
     log_path = log_dir / f"server-{port}.log"
     process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)

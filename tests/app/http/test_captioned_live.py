@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 
 from app.runtime import modelfile, timed
-from tests.conftest import LiveServer, live_server
+from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 TEXT = ("The first sentence is short. The second one, which has a clause, is a little longer than that. "
         "A third sentence closes it.")
@@ -73,6 +73,26 @@ def test_faster_speech_has_proportionally_earlier_words(server: LiveServer, whol
     check_times(fast["timestamps"], len(samples) / 24000)
     ratio = fast["timestamps"][-1]["end_time"] / whole["timestamps"][-1]["end_time"]  # type: ignore[index]
     assert 1 / 1.5 * 0.85 < ratio < 1 / 1.5 * 1.15  # the speed is in the model's durations
+
+
+def test_the_default_chunking_under_load_loses_no_word(cache_dir: Path, tmp_path: Path) -> None:
+    """The defaults cut chunks where the load allows (slack-sized later chunks once the pool has priced its
+    speed, a 20-token first chunk on an idle pool, 30 beside others): requests alone and side by side still speak
+    every word once, in order, with times that fit their audio."""
+    import concurrent.futures
+
+    with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0", streams="1",
+                     slack_chunks="1", idle_first_chunk_tokens="20") as server:
+        alone = captioned(server, stream=False, response_format="wav")  # the pool idle: the small first chunk
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            side_by_side = list(pool.map(lambda _: captioned(server, stream=False, response_format="wav"), range(3)))
+        info = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+    for response in [alone, *side_by_side]:
+        assert response.status_code == 200, response.text
+        body = response.json()
+        audio, rate = sf.read(io.BytesIO(base64.b64decode(body["audio"])))
+        check_times(body["timestamps"], len(audio) / rate)
+    assert info["settings"]["slack_chunks"] is True and info["pool"]["granted"]["later"] >= 4
 
 
 @pytest.fixture(scope="module")
