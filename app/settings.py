@@ -130,9 +130,8 @@ class Settings:
     slack_headroom: float = 1.5
     """With ``TTS_SLACK_CHUNKS``: later chunks are sized from the slack only while the pool's measured real-time
     capacity (audio-seconds it makes per second) is at least this many times the requests admitted (playing or
-    waiting for their first chunk); below it
-    every request is short of slack and the doubling rule keeps chunks long, which makes the most audio. 0
-    sizes from the slack at any load."""
+    waiting for their first chunk); below it every request is short of slack and the doubling rule keeps chunks
+    long, which makes the most audio. 0 sizes from the slack at any load."""
     default_voice: str = ""
     """Voice used when a request names none; empty picks the first voice of the voices file."""
     voice_aliases: str = ""

@@ -133,8 +133,8 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
                         "TTS_LOG_LEVEL": "info", **settings})
             # The server's own default unless the variant sets it (the sized configuration turns the wide session
             # off, so before 2026-12-02 no latency run had it unless a variant named TTS_WIDE_CHUNK_TOKENS).
-            env.pop("TTS_WIDE_CHUNK_TOKENS", None)
-            env.update({k: v for k, v in settings.items() if k == "TTS_WIDE_CHUNK_TOKENS"})
+            if "TTS_WIDE_CHUNK_TOKENS" not in settings:
+                env.pop("TTS_WIDE_CHUNK_TOKENS", None)
             if settings.get("TTS_BACKEND") == "auto":  # a tuned variant serves the tuned shape unless it sets one
                 for key in ("TTS_STREAMS", "TTS_THREADS_PER_STREAM"):
                     env[key] = settings.get(key, "0")

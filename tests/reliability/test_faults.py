@@ -71,10 +71,8 @@ def in_namespace(setup: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def faulty(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    # The doubling rule: these tests compare a response with the same request's audio earlier, byte for byte, and
-    # slack-sized chunks are cut where the load of the moment allows (the same words, other joins).
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), module="tests.reliability.faulty_app", streams="1",
-                     queue_size="2", quiet_window_s="0", backend=SPEECH_BACKEND, slack_chunks="0") as s:
+                     queue_size="2", quiet_window_s="0", backend=SPEECH_BACKEND) as s:
         yield s
 
 

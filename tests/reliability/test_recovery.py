@@ -26,8 +26,7 @@ def test_a_restore_that_failed_once_is_ready_again_with_no_traffic(cache_dir: Pa
     monkeypatch.setenv("FAULT_LOAD_FAILS_FILE", str(marker))  # inherited by the server and its inference process
     # restore_bridge=0: the restore loads the primary again, so its audio is the warm audio exactly.
     with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0",
-                     restore_bridge="0", admin_token="t", recovery_backoff_s="1", backend=SPEECH_BACKEND,
-                     slack_chunks="0") as server:
+                     restore_bridge="0", admin_token="t", recovery_backoff_s="1", backend=SPEECH_BACKEND) as server:
         expected = post(server.url)
         assert expected.status_code == 200
         assert httpx.post(f"{server.url}/v1/lifecycle/release", headers={"Authorization": "Bearer t"},

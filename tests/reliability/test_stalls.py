@@ -33,7 +33,7 @@ LONG = " ".join(f"Sentence number {i} keeps this stalled client's stream going f
 @pytest.fixture(scope="module")
 def stalls(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), module="tests.reliability.tone_app", streams="1",
-                     quiet_window_s="0", send_timeout_s=str(SEND_TIMEOUT_S), slack_chunks="0") as s:
+                     quiet_window_s="0", send_timeout_s=str(SEND_TIMEOUT_S)) as s:
         yield s
 
 

@@ -103,10 +103,8 @@ def test_official_openai_client_works_unchanged(one_stream: LiveServer, tmp_path
 
 def test_sigterm_drains_in_flight_streams_then_exits_zero(cache_dir: Path, tmp_path: Path) -> None:
     text = "Draining must let this stream finish. Every sentence of it arrives before the process exits."
-    # The doubling rule (slack-sized chunks are cut where the moment's load allows): the drained stream's length
-    # is compared with the same request's earlier.
     with live_server(cache_dir, tmp_path, quiet_window_s="0", shutdown_grace_s="30",
-                     backend=SPEECH_BACKEND, slack_chunks="0") as server:
+                     backend=SPEECH_BACKEND) as server:
         expected = solo_length(server, text)
         with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body(text), timeout=120) as response:
             chunks = response.iter_raw()
