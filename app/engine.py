@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncGenerator
@@ -73,8 +74,11 @@ class Engine:
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
                  timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
-                 idle_first_chunk_tokens: int = 0) -> None:
+                 idle_first_chunk_tokens: int = 0, quick_frontend: bool = False) -> None:
         self.runtime = runtime
+        self.quick_frontend = quick_frontend
+        """Turn ready on espeak-ng alone and load misaki behind it (`app.text.frontend.Frontend.load_quick`):
+        requests that need no word timings are phonemized by espeak-ng until misaki is loaded."""
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
         self.choice = choice
@@ -103,8 +107,10 @@ class Engine:
     # --- requests -------------------------------------------------------------------------
 
     def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None,
-             phonemes: bool = False) -> Plan:
-        """Validate and prepare; blocking (G2P), so call it from a worker thread."""
+             phonemes: bool = False, need_words: bool = True) -> Plan:
+        """Validate and prepare; blocking (G2P), so call it from a worker thread. Without ``need_words`` (no word
+        timings asked for), a request that comes while misaki loads is phonemized by espeak-ng alone
+        (``quick_frontend``) instead of waiting for it."""
         if not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
             raise InvalidInput(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}", param="speed")
         resolved = self.voices.resolve(voice)
@@ -112,7 +118,8 @@ class Engine:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
             accent = lang or ("en-gb" if resolved.british else self.default_lang)
-            phoneme_text, spoken = self.frontend.phonemize_words(text, accent)
+            phoneme_text, spoken = self.frontend.phonemize_words(
+                text, accent, quick=self.quick_frontend and not need_words)
         chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens)
         kept = tuple(c for c in chunks if self.vocab.ids(c))
         if not kept:
@@ -215,11 +222,25 @@ class Engine:
             timings: dict[str, float] = {}
             start = time.perf_counter()
             frontend: threading.Thread | None = None
+            quick = threading.Event()
             if not self.frontend.loaded:
                 def load_frontend() -> None:
-                    timings["frontend_s"] = self.frontend.load((self.default_lang,))
+                    try:
+                        if self.quick_frontend:
+                            timings["frontend_quick_s"] = self.frontend.load_quick(self.default_lang)
+                            quick.set()
+                            _lower_priority()  # behind the first requests, which espeak-ng can serve
+                        loaded = self.frontend.load((self.default_lang,))
+                        if not self.quick_frontend:
+                            timings["frontend_s"] = loaded
+                        else:
+                            log.info("misaki loaded behind the quick front end in %.2f s", loaded)
+                    except Exception:
+                        log.exception("the text front end failed to load")
+                    finally:
+                        quick.set()
 
-                frontend = threading.Thread(target=load_frontend, name="frontend-load")
+                frontend = threading.Thread(target=load_frontend, name="frontend-load", daemon=True)
                 frontend.start()
             try:
                 if not self.runtime.loaded:
@@ -232,8 +253,11 @@ class Engine:
                     log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
             finally:
                 if frontend is not None:
-                    frontend.join()
-            if not self.frontend.loaded:
+                    if self.quick_frontend:
+                        quick.wait()
+                    else:
+                        frontend.join()
+            if self.frontend.serving == "none" or not (self.quick_frontend or self.frontend.loaded):
                 raise RuntimeError("the text front end failed to load (see the log)")
             timings["total_s"] = time.perf_counter() - start
             self._restores += 1
@@ -259,3 +283,12 @@ class Engine:
         if self.release_frontend:
             found.extend(self.frontend.files())
         return found
+
+
+def _lower_priority() -> None:
+    """This thread at the lowest CPU priority (Linux: a thread's nice value is its own), so a load behind requests
+    takes what CPU they leave; elsewhere, nothing."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass

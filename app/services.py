@@ -78,7 +78,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                     release_frontend=settings.release_frontend,
                     choice=choice, timestamps=timestamps, start_bridge=settings.start_bridge,
                     wide_chunk_tokens=settings.wide_chunk_tokens,
-                    idle_first_chunk_tokens=settings.idle_first_chunk_tokens)
+                    idle_first_chunk_tokens=settings.idle_first_chunk_tokens,
+                    quick_frontend=settings.quick_frontend)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape

@@ -148,6 +148,12 @@ class Settings:
     kept, it costs about 25 MB of released memory (its lexicon is a 2.6 MB memory-mapped trie); released,
     a restore took 1.0 s instead of 0.8 s here (it reloads in parallel with the inference process's
     start) and the released memory grew by about 1.5 MB per cycle."""
+    quick_frontend: bool = True
+    """Turn ready as soon as espeak-ng is loaded (about 0.2 s) and load misaki with spaCy (about 1 s, Python that
+    holds the server's GIL) behind it at the lowest CPU priority; until it is loaded, requests that ask for no word
+    timings are phonemized by espeak-ng alone, as kokoro-onnx does (numbers and currency are read less well, some
+    words sound different; `/v1/info` shows `frontend`), and the others wait for misaki. 0 turns ready only with
+    misaki loaded."""
     restore_bridge: bool = True
     """After a release, serve the first requests with ONNX Runtime (opens in ~0.5 s) while
     OpenVINO's compiled model is imported in the background, then switch to OpenVINO."""

@@ -104,9 +104,11 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     # Chunks cut by the text alone unless a test asks otherwise: many tests prove that nothing was lost by comparing
     # a response byte for byte with the same request's audio earlier, and the defaults cut a request's chunks where
     # the moment's load allows (slack-sized later chunks, a smaller first chunk on an idle pool). Those defaults
-    # are tested through a real server in tests/app/http/test_captioned_live.py (every word heard, in order).
+    # are tested through a real server in tests/app/http/test_captioned_live.py (every word heard, in order). So
+    # is the quick front end: the requests right after ready would be phonemized by espeak-ng, later ones by misaki
+    # (tests/app/test_coldstart.py tests it).
     env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1", "TTS_SLACK_CHUNKS": "0",
-           "TTS_IDLE_FIRST_CHUNK_TOKENS": "0"}
+           "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_QUICK_FRONTEND": "0"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
     log_path = log_dir / f"server-{port}.log"
     process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)

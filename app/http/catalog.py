@@ -40,6 +40,7 @@ async def info(request: Request) -> JSONResponse:
         "bridge_serving": svc.engine.runtime.bridge_serving,
         "primary_error": svc.engine.runtime.primary_error,
         "inferences_by_backend": dict(svc.engine.runtime.served),
+        "frontend": svc.engine.frontend.serving,
         "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
         "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,
                  "slots": svc.pool.slots, "queue_size": svc.pool.queue_size, "capacity": svc.pool.capacity,

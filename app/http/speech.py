@@ -179,7 +179,8 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
         await stack.enter_async_context(svc.lifecycle.in_use())
         plan = await anyio.to_thread.run_sync(
             lambda: svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang,
-                                    phonemes=speech.phonemes))
+                                    phonemes=speech.phonemes,
+                                    need_words=captioned or speech.stream_format == "sse"))
         chunks = svc.engine.stream_timed(plan)
         stack.push_async_callback(chunks.aclose)
         first = await chunks.__anext__()

@@ -61,3 +61,21 @@ def test_a_primary_that_fails_to_load_leaves_the_bridge_serving_logged_and_in_in
         while "failed to load behind the bridge" not in server.log():
             assert time.monotonic() < deadline, server.log()[-2000:]
             time.sleep(0.1)
+
+
+def test_the_quick_front_end_serves_at_ready_and_misaki_takes_over_with_word_timings_waiting_for_it(
+        cache_dir: Path, tmp_path: Path) -> None:
+    with live_server(cache_dir, tmp_path, primary=False, quiet_window_s="0", quick_frontend="1") as server:
+        # Sent the moment /readyz turned 200: one that needs no words, and one that asks for word timings.
+        first = speak(server)
+        assert len(first) > 12000 and np.abs(first).max() > 0.05
+        captioned = httpx.post(f"{server.url}/dev/captioned_speech", timeout=120,
+                               json={"input": TEXT, "voice": "jf_alpha", "stream": False, "response_format": "wav"})
+        assert captioned.status_code == 200, captioned.text
+        assert [w["word"] for w in captioned.json()["timestamps"]] == ["Welcome", "back"]  # misaki's, waited for
+        deadline = time.monotonic() + 30
+        while info(server)["frontend"] != "misaki":
+            assert time.monotonic() < deadline, server.log()[-2000:]
+            time.sleep(0.1)
+        assert len(speak(server)) > 12000
+    assert "misaki loaded behind the quick front end" in server.log()
