@@ -110,13 +110,17 @@ class FakeFrontend:
     def unload(self) -> None:
         self.loaded = False
 
+    @property
+    def serving(self) -> str:
+        return "misaki" if self.loaded else "none"
+
     def files(self) -> list[Path]:
         return []
 
     def phonemize(self, text: str, lang: str) -> str:
         return " ".join(text.split())
 
-    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+    def phonemize_words(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
         phonemes = self.phonemize(text, lang)
         return phonemes, words.of_phonemes(phonemes)
 
