@@ -257,7 +257,7 @@ class Engine:
                         quick.wait()
                     else:
                         frontend.join()
-            if self.frontend.serving == "none" or not (self.quick_frontend or self.frontend.loaded):
+            if not (self.frontend.serving != "none" if self.quick_frontend else self.frontend.loaded):
                 raise RuntimeError("the text front end failed to load (see the log)")
             timings["total_s"] = time.perf_counter() - start
             self._restores += 1
