@@ -10,29 +10,10 @@ import signal
 import sys
 from typing import Any
 
-import uvicorn
-
-from app.http.server import create_app
+from app.runtime import early
 from app.settings import Settings, SettingsError, documented
-from lifecycle.trim import configure_malloc
 
 log = logging.getLogger("app")
-
-
-class _DrainingServer(uvicorn.Server):
-    """On SIGTERM/SIGINT mark the app as draining (readiness goes 503, new speech gets 503), then
-    let uvicorn stop accepting and wait up to the grace period for in-flight streams."""
-
-    def __init__(self, config: uvicorn.Config, app: Any) -> None:
-        super().__init__(config)
-        self._app = app
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        services = getattr(self._app.state, "services", None)
-        if services is not None:
-            services.draining = True
-        log.info("signal %d: draining in-flight requests (grace %.0f s)", sig, self.config.timeout_graceful_shutdown)
-        super().handle_exit(sig, frame)
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
@@ -63,7 +44,36 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
         log.error("invalid setting: %s", exc)
         return 2
+    if settings.inference_process:
+        # Before the server's own imports (about half a second): the two processes import side by side.
+        proxy = sys.modules.get("app.runtime.proxy")  # a test harness may run another child module
+        early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return _serve(settings)
+
+
+def _serve(settings: Settings) -> int:
+    import uvicorn
+
+    from app.http.server import create_app
+    from lifecycle.trim import configure_malloc
+
+    class _DrainingServer(uvicorn.Server):
+        """On SIGTERM/SIGINT mark the app as draining (readiness goes 503, new speech gets 503), then
+        let uvicorn stop accepting and wait up to the grace period for in-flight streams."""
+
+        def __init__(self, config: uvicorn.Config, app: Any) -> None:
+            super().__init__(config)
+            self._app = app
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            services = getattr(self._app.state, "services", None)
+            if services is not None:
+                services.draining = True
+            log.info("signal %d: draining in-flight requests (grace %.0f s)", sig,
+                     self.config.timeout_graceful_shutdown)
+            super().handle_exit(sig, frame)
+
     configure_malloc(settings.malloc_arenas, settings.malloc_mmap_threshold_kb)
     app = create_app(settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, workers=1, log_level=settings.log_level,

@@ -94,7 +94,10 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
-    spec: Spec = inbox.recv()
+    try:
+        spec: Spec = inbox.recv()
+    except (EOFError, OSError):
+        return 0  # started early (app.runtime.early) and not needed: the server stopped or serves in process
     logging.basicConfig(level=spec.settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from lifecycle.trim import configure_malloc
 

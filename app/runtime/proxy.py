@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -30,7 +28,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime import backends, messages
+from app.runtime import backends, early, messages
 from app.runtime.backends.base import Inference, Resolved
 from app.runtime.spec import Spec
 
@@ -47,15 +45,22 @@ class _ChildProcess:
     """One running inference process and its pipes."""
 
     def __init__(self, module: str, spec: Spec) -> None:
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", module, str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w), close_fds=True)
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
+        # The process ``python -m app`` started before its imports (`app.runtime.early`), else a new one.
+        spawned = early.take(module)
+        if spawned is not None:
+            try:
+                self._adopt(spawned, spec)
+                return
+            except OSError:  # it ended before its Spec reached it: start one as usual
+                log.warning("the inference process started early (%d) had ended; starting another",
+                            spawned.process.pid)
+                self.close()
+                early.reap(spawned.process)
+        self._adopt(early.Spawned(module), spec)
+
+    def _adopt(self, spawned: early.Spawned, spec: Spec) -> None:
+        self.process = spawned.process
+        to_child_w, from_child_r = spawned.to_child, spawned.from_child
         self.outbox = Connection(to_child_w, readable=False)
         self.inbox = Connection(from_child_r, writable=False)
         self.send_lock = threading.Lock()
