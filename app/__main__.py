@@ -47,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     if settings.inference_process:
         # Before the server's own imports (about half a second): the two processes import side by side.
         proxy = sys.modules.get("app.runtime.proxy")  # a test harness may run another child module
-        early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE)
+        # The bridge (on by default) and an ONNX Runtime primary import ONNX Runtime first thing.
+        onnxruntime = settings.restore_bridge or settings.backend == "onnxruntime"
+        early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE,
+                    ("onnxruntime",) if onnxruntime else ())
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return _serve(settings)
 

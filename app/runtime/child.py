@@ -17,6 +17,7 @@ The messages are the dataclasses of `app.runtime.messages`, shared with the serv
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
-from app.runtime import messages
+from app.runtime import early, messages
 from app.runtime.local import LocalRuntime
 from app.runtime.spec import Spec, build_runtime
 from lifecycle import pagecache
@@ -94,6 +95,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(int(argv[0]), writable=False)
     outbox = Connection(int(argv[1]), readable=False)
+    for name in argv[2:]:  # started early (app.runtime.early): the Spec is still some tenths of a second away
+        if name in early.PREIMPORTS:
+            importlib.import_module(name)
     try:
         spec: Spec = inbox.recv()
     except (EOFError, OSError):

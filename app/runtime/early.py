@@ -17,17 +17,19 @@ import subprocess
 import sys
 
 CHILD_MODULE = "app.runtime.child"
+PREIMPORTS = frozenset({"onnxruntime"})
+"""What a child may be told to import before its `Spec` arrives."""
 
 
 class Spawned:
     """A started inference process and the server's ends of its two pipes (file descriptors)."""
 
-    def __init__(self, module: str) -> None:
+    def __init__(self, module: str, preimport: tuple[str, ...] = ()) -> None:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", module, str(to_child_r), str(from_child_w)],
+                [sys.executable, "-m", module, str(to_child_r), str(from_child_w), *preimport],
                 pass_fds=(to_child_r, from_child_w), close_fds=True)
         except BaseException:
             os.close(to_child_w)
@@ -44,13 +46,14 @@ class Spawned:
 _early: Spawned | None = None
 
 
-def start(module: str = CHILD_MODULE) -> None:
+def start(module: str = CHILD_MODULE, preimport: tuple[str, ...] = ()) -> None:
     """Start the inference process now, for the first `take` (once per process; a failure is left to `take`'s
-    caller, which starts one the usual way)."""
+    caller, which starts one the usual way). ``preimport``: runtimes (`PREIMPORTS`) the child imports while it
+    waits for its `Spec`, time it has to spare then."""
     global _early
     if _early is None:
         try:
-            _early = Spawned(module)
+            _early = Spawned(module, preimport)
         except OSError:
             _early = None
 

@@ -50,6 +50,7 @@ class _ChildProcess:
         if spawned is not None:
             try:
                 self._adopt(spawned, spec)
+                self.early = True
                 return
             except OSError:  # it ended before its Spec reached it: start one as usual
                 log.warning("the inference process started early (%d) had ended; starting another",
@@ -57,6 +58,8 @@ class _ChildProcess:
                 self.close()
                 early.reap(spawned.process)
         self._adopt(early.Spawned(module), spec)
+        self.early = False
+        """Started before the server's imports (`app.runtime.early`)."""
 
     def _adopt(self, spawned: early.Spawned, spec: Spec) -> None:
         self.process = spawned.process
@@ -184,7 +187,8 @@ class ProcessRuntime:
         self._child = _ChildProcess(self.child_module, self.spec)
         self._reader = threading.Thread(target=self._read, args=(self._child,), name="inference-reader", daemon=True)
         self._reader.start()
-        log.info("inference process %d started", self._child.process.pid)
+        log.info("inference process %d started%s", self._child.process.pid,
+                 " before the server's imports" if self._child.early else "")
 
     def files(self) -> list[Path]:
         """What the inference process read: what it lists, and what it may have been reading

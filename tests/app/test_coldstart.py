@@ -4,11 +4,13 @@ failed background load, with blocking fakes: tests/app/runtime/test_takeover.py.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 from app.runtime.outputcheck import check_chunk
@@ -43,6 +45,11 @@ def test_the_first_request_after_start_is_served_by_the_bridge_and_passes_the_ou
         assert info(server)["inferences_by_backend"] == {"onnxruntime": 1, "openvino": 1}
         check = check_chunk("welcome", primary, first)  # the benchmark's output check, OpenVINO as reference
         assert check.passed, check
+        # The process that served was started before the server's imports (app.runtime.early), not after them.
+        early = re.search(r"inference process (\d+) started before the server's imports", server.log())
+        assert early is not None, server.log()
+        children = psutil.Process(server.process.pid).children(recursive=True)
+        assert int(early.group(1)) in [child.pid for child in children]
     assert "primary backend took over from the bridge" in server.log()
 
 
