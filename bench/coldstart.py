@@ -10,6 +10,11 @@ round), so drift of this shared machine falls on all alike:
 - **released → first audio**: the admin release endpoint, then the same request, timed from sending it
   (``--release-cycles`` per server run, each once the primary form serves again).
 
+``--container NAME=IMAGE`` adds a server variant that runs the image with podman (``podman run --init --cpus
+CPUS --memory 4g``, the port from ``PORT`` as Cloud Run sets it), timed from spawning ``podman run``: what a
+platform's container start adds to the server's own. The image keeps its own model, caches and settings; only the
+admin token, the quiet window and the log level are passed.
+
 One unrecorded run of each comes first, so every cache (compile cache, the bridge's optimized graph, the
 lexicon tries, the page cache) is as a restarted instance on the same disk finds it. Writes ``results.json``
 and ``report.md`` into ``--out``.
@@ -51,6 +56,11 @@ TARGET_RELEASED_S = 0.6
 """Released → first audio for a short request (issue 16)."""
 
 
+CONTAINER = "container"
+"""The key, among a variant's settings, of the image a container variant runs (``--container NAME=IMAGE``)."""
+CONTAINER_MEMORY = "4g"
+
+
 class Failed(RuntimeError):
     """A run did not produce audio."""
 
@@ -64,6 +74,14 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     if not all(key.startswith("TTS_") for key in settings):
         raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
     return with_checkout(head, settings), settings
+
+
+def _container_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME=IMAGE``: a variant that runs the image with podman."""
+    name, _, image = text.partition("=")
+    if not name or not image:
+        raise argparse.ArgumentTypeError(f"--container takes NAME=IMAGE, not {text!r}")
+    return name, {CONTAINER: image}
 
 
 def plain_script(model: Path, voices: Path) -> dict[str, float]:
@@ -108,19 +126,33 @@ def _wait_primary(http: httpx.Client, timeout_s: float = 60.0) -> dict[str, Any]
         time.sleep(0.25)  # no faster: each poll costs the loading server CPU (and a log line)
 
 
+def _container_command(image: str, name: str, port: int) -> list[str]:
+    """``podman run`` of ``image`` listening on 127.0.0.1:``port``, with this machine's CPUs as its limit."""
+    passed = {"PORT": str(port), "TTS_ADMIN_TOKEN": TOKEN, "TTS_QUIET_WINDOW_S": "0", "TTS_LOG_LEVEL": "info"}
+    return ["podman", "run", "--rm", "--init", "--name", name, "--cpus", str(os.cpu_count() or 1),
+            "--memory", CONTAINER_MEMORY, "-p", f"127.0.0.1:{port}:{port}",
+            *[arg for key, value in passed.items() for arg in ("-e", f"{key}={value}")], image]
+
+
 def server_run(settings: dict[str, str], work: Path, label: str, release_cycles: int) -> dict[str, Any]:
     """One server: spawn → ready → first audio, then ``release_cycles`` releases each followed by the request."""
     settings = dict(settings)
     checkout = settings.pop(CHECKOUT, None)
+    image = settings.pop(CONTAINER, None)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = environment({"TTS_CACHE_DIR": str(work / "server-cache"), "TTS_ADMIN_TOKEN": TOKEN,
                        "TTS_QUIET_WINDOW_S": "0", "TTS_LOG_LEVEL": "info", **settings}, port)
     log_path = work / "logs" / f"{label}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    container: str | None = None
+    command = [sys.executable, "-m", "app"]
+    if image is not None:
+        container = f"coldstart-{label}-{port}"
+        command = _container_command(image, container, port)
     with open(log_path, "ab") as sink:
         spawned, spawned_unix = time.monotonic(), time.time()
-        process = subprocess.Popen([sys.executable, "-m", "app"], env=env, stdout=sink, stderr=subprocess.STDOUT,
+        process = subprocess.Popen(command, env=env if image is None else None, stdout=sink, stderr=subprocess.STDOUT,
                                    start_new_session=True, cwd=checkout)
     try:
         with httpx.Client(base_url=url, timeout=120) as http:
@@ -140,6 +172,8 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
                 cycles.append({"first_audio_s": released_s, "parts": parts})
                 _wait_primary(http)
     finally:
+        if container is not None:  # the podman client's end does not stop the container: stop it by name
+            subprocess.run(["podman", "stop", "--time", "30", container], capture_output=True, timeout=90)
         terminate(process, 30)
     return {"ready_s": ready_s, "first_audio_s": first_s, "bytes": received, "start_parts": start_parts,
             "spawned_unix": spawned_unix, "log": str(log_path),
@@ -176,7 +210,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
     _progress("priming: one unrecorded run of each (caches, page cache)")
     plain_script(model, voices)
     for name, settings in variants:
-        server_run({"TTS_MODEL_PATH": str(model), **settings}, work / name, f"{name}-prime", 1)
+        server_run(_served(model, settings), work / name, f"{name}-prime", 1)
     for index in range(runs):
         order: list[str | None] = [None, *(n for n, _ in variants)]
         if index % 2:
@@ -188,8 +222,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
                 _progress(f"run {index + 1}: plain script first audio {plain['first_audio_s']:.2f} s")
                 continue
             name, settings = entry, dict(variants)[entry]
-            found = server_run({"TTS_MODEL_PATH": str(model), **settings}, work / name, f"{name}-{index}",
-                               release_cycles)
+            found = server_run(_served(model, settings), work / name, f"{name}-{index}", release_cycles)
             results["variants"][name]["runs"].append(found)
             released = ", ".join(f"{c['first_audio_s']:.2f}" for c in found["released"])
             _progress(f"run {index + 1}: {name} ready {found['ready_s']:.2f} s, first audio "
@@ -200,6 +233,11 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "report.md").write_text(render(results))
     return results
+
+
+def _served(model: Path, settings: dict[str, str]) -> dict[str, str]:
+    """A variant's settings with the model the script opens; a container keeps the model of its image."""
+    return dict(settings) if CONTAINER in settings else {"TTS_MODEL_PATH": str(model), **settings}
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -273,12 +311,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--variants", default="server",
                         help="comma-separated server variants: a name (the defaults) or name:TTS_X=v;TTS_Y=w; "
                              "name@DIR runs the server from the checkout in DIR")
+    parser.add_argument("--container", action="append", default=[], metavar="NAME=IMAGE",
+                        help="a variant that runs IMAGE with podman (repeatable)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each, alternating (default 3)")
     parser.add_argument("--release-cycles", type=int, default=2, help="release → request cycles per server run")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
     args = parser.parse_args(argv)
     variants = [_variant(text) for text in args.variants.split(",") if text]
+    variants += [_container_variant(text) for text in args.container]
     run(args.out, args.cache_dir, variants, args.runs, args.release_cycles,
         "python -m bench coldstart " + shlex.join(argv))
     print(args.out / "report.md")
