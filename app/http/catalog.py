@@ -11,7 +11,7 @@ from starlette.routing import Route
 from app.audio import FORMATS
 from app.http.common import require_bearer, services
 from app.http.request import MODELS
-from app.services import default_voice
+from app.served import default_voice
 
 
 async def list_voices(request: Request) -> JSONResponse:

@@ -33,7 +33,8 @@ from app.errors import InputTooLarge, InvalidInput, NoTimestamps, Unavailable
 from app.http.common import require_bearer, services
 from app.http.progress import Progress
 from app.http.request import SpeechRequest
-from app.services import Services, default_voice
+from app.served import default_voice
+from app.services import Services
 from app.timestamps import WordTime
 
 log = logging.getLogger(__name__)

@@ -278,7 +278,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
     pinned = sorted(os.sched_getaffinity(0))[:cpus] if cpus else []
     cpus = cpus or usable
     writable = cachedir.writable(settings.cache_dir)
-    from app.services import served_model
+    from app.served import served_model
 
     # The file the server will run (the timed copy, app.runtime.timed), keyed as the server keys it.
     model_path, digest = served_model(settings, writable)

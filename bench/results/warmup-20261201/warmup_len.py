@@ -21,7 +21,7 @@ def child(cache_root: str, n: str) -> None:
 
     from app.runtime import compile_cache
     from app.runtime.backends.openvino import OpenVinoBackend
-    from app.services import served_model
+    from app.served import served_model
     from app.settings import Settings
     from app.sizing import PoolShape
     from app.text.vocab import Vocab

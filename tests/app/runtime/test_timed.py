@@ -63,7 +63,7 @@ def test_the_copy_is_made_once_and_remade_when_the_source_changes(model: Path, t
 
 def test_the_server_runs_the_timed_copy_keyed_on_its_own_hash(model: Path, tmp_path: Path) -> None:
     from app.runtime import compile_cache
-    from app.services import served_model
+    from app.served import served_model
     from app.settings import Settings
 
     path, digest = served_model(Settings(cache_dir=model.parents[1]), model.parents[1])
@@ -79,7 +79,7 @@ def test_openvino_speaks_the_timed_copy_bit_identically(model: Path, tmp_path: P
     """The audio served does not change: OpenVINO on the timed copy against OpenVINO on the shipped graph."""
     from app.runtime import compile_cache
     from app.runtime.backends.openvino import OpenVinoBackend
-    from app.services import served_model
+    from app.served import served_model
     from app.settings import Settings
     from app.sizing import PoolShape
 

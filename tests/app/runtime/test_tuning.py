@@ -189,7 +189,7 @@ def speak(url: str) -> bytes:
 
 def served_sha256(cache_dir: Path) -> str:
     """The key's model hash as the server computes it: its timed copy's (app.runtime.timed), not the shipped file's."""
-    from app.services import served_model
+    from app.served import served_model
 
     return served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
 

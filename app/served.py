@@ -1,0 +1,91 @@
+"""What the server serves, resolved before anything loads: the model file, its tuned form, the pool's shape, the
+voices, and the inference process's `Spec`.
+
+`app.services.build_engine` wires the engine from it; ``python -m app`` resolves it first (`app.runtime.early`),
+before it imports the server, so the inference process it started at once can open the bridge while the server
+imports. Both resolve the same thing from the same settings, and the engine adopts that process only when its
+`Spec` is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.runtime import cachedir, forms, modelfile, timed, tuning
+from app.runtime.local import WarmUp
+from app.runtime.spec import Spec
+from app.settings import Settings, SettingsError
+from app.sizing import CpuBudget, shape_for
+from app.text.vocab import Vocab
+from app.voices import Voice, VoiceBank
+
+
+@dataclass(frozen=True)
+class Served:
+    settings: Settings
+    """As the tuned choice resolved them (backend, shape, precision)."""
+    choice: tuning.EngineChoice
+    spec: Spec
+    voices: VoiceBank
+    vocab: Vocab
+    timestamps: bool
+    """The served model outputs per-token durations (word timestamps)."""
+
+
+def resolve(settings: Settings, budget: CpuBudget) -> Served:
+    """Resolve the model, its tuned form and the voices (blocking I/O; loads no runtime). Raises `SettingsError`
+    for settings that name what is not there."""
+    writable = cachedir.writable(settings.cache_dir)
+    model_path, digest = served_model(settings, writable)
+    timestamps = timed.digest(model_path) is not None
+    if settings.backend == "auto" and not digest:
+        digest = modelfile.sha256_of(model_path)
+    settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
+    source_path = model_path
+    model_path = forms.path(choice.form, model_path, writable, digest,
+                            read_only=[settings.baked_cache_dir, settings.cache_dir])
+    shape = shape_for(budget, settings.streams, settings.threads_per_stream)
+    try:
+        voices = VoiceBank.load(settings.voices_path, settings.alias_table())
+    except ValueError as exc:  # an alias naming a voice the file lacks: fail at start, naming the setting
+        raise SettingsError(f"TTS_VOICE_ALIASES / TTS_VOICES_PATH: {exc}") from None
+    vocab = Vocab.embedded()
+    warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
+    spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
+                source_path=source_path if model_path != source_path else None)
+    return Served(settings, choice, spec, voices, vocab, timestamps)
+
+
+def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:
+    """The ONNX file the server runs, and its sha256 (the key of its tuning, forms and compile cache) where it is
+    known without hashing the file (else ``""``: a user's model without ``TTS_MODEL_SHA256``).
+
+    That is the timed copy of the model (`app.runtime.timed`: the same graph with its per-token durations as a
+    second output, for word timestamps) wherever the model has the known duration tensor, else the model
+    itself. A copy already made next to the model or in the configured cache directory (the image's, read-only)
+    is used from there; else it is made once in the writable cache directory. The tuner resolves the same file.
+    """
+    models = list(dict.fromkeys([settings.cache_dir / "models", writable / "models"]))
+    source = modelfile.resolve(settings.model_path, models, settings.model_sha256)
+    copy = timed.find(source, list(dict.fromkeys([source.parent, *models])), writable / "models")
+    if copy is not None:
+        return copy, timed.digest(copy) or ""
+    return source, modelfile.expected_sha256() if settings.model_path is None else settings.model_sha256.lower()
+
+
+WARM_UP_PHONEMES = "wˈɔɹm."
+"""What every slot runs once after a load (6 tokens). The first-call cost it pays is about 1-1.5 s a slot whatever
+the length: after 6 tokens the next request took 1.04x a warm one's time, after 20 tokens 0.95x, without a
+warm-up 1.28x, for a warm-up of 2.95 s instead of 4.51 s over two slots (bench/results/warmup-20261201)."""
+
+
+def _warm_up(vocab: Vocab, voice: Voice) -> WarmUp:
+    ids = vocab.ids(WARM_UP_PHONEMES)
+    return WarmUp(tokens=np.array([[0, *ids, 0]], dtype=np.int64), style=voice.style_for(len(ids)))
+
+
+def default_voice(settings: Settings, voices: VoiceBank) -> str:
+    return settings.default_voice or voices.names[0]
