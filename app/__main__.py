@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         onnxruntime = settings.restore_bridge or settings.backend == "onnxruntime"
         early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE,
                     ("onnxruntime",) if onnxruntime else ())
+        early.prepare(settings)  # what it loads first, sent now: it opens the bridge while the server imports
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return _serve(settings)
 

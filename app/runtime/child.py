@@ -23,7 +23,7 @@ import os
 import signal
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 from app.runtime import early, messages
@@ -43,12 +43,25 @@ class InferenceLoop:
         self.runtime = runtime
         self._send_lock = threading.Lock()
         self._workers = ThreadPoolExecutor(max(1, slots), thread_name_prefix="infer")
+        self._preload: tuple[messages.Preload, Future[messages.Loaded | messages.LoadFailed]] | None = None
+        """A load begun before the server asked (`messages.Preload`), and its answer to come."""
+        self._held: list[messages.FromChild] | None = None
+        """The primary's news while a preload's answer is not sent yet: the server learns of the bridge first."""
         runtime.on_primary = lambda resolved: self.send(messages.PrimaryReady(resolved))
         runtime.on_primary_failed = lambda why: self.send(messages.PrimaryFailed(why))
 
     def send(self, message: messages.FromChild) -> None:
         with self._send_lock:
+            if self._held is not None and isinstance(message, messages.PrimaryReady | messages.PrimaryFailed):
+                self._held.append(message)
+                return
             self.outbox.send(message)
+
+    def _send_answer_then_held(self, answer: messages.Loaded | messages.LoadFailed) -> None:
+        with self._send_lock:
+            held, self._held = self._held or [], None
+            for message in (answer, *held):
+                self.outbox.send(message)
 
     def serve(self) -> None:
         while True:
@@ -61,6 +74,8 @@ class InferenceLoop:
                     return
                 case messages.Infer():
                     self._workers.submit(self._infer, message)
+                case messages.Preload() if self._preload is None:
+                    self._begin_preload(message)
                 case messages.Load(mode=mode, wait_for_request=wait):
                     self._load(mode, wait)
                 case messages.ListFiles(ident=ident):
@@ -71,13 +86,33 @@ class InferenceLoop:
                     self.send(messages.Files(ident, found))
 
     def _load(self, mode: str, wait_for_request: bool) -> None:
+        if self._preload is not None:
+            (asked, answer), self._preload = self._preload, None
+            outcome = answer.result()
+            if (asked.mode, asked.wait_for_request) == (mode, wait_for_request):
+                log.info("the %s load was begun at start, before the server asked", mode)
+            else:  # app.runtime.early decides the first load as Engine.restore does: they disagree
+                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun at start",
+                            mode, wait_for_request, asked.mode, asked.wait_for_request)
+            self._send_answer_then_held(outcome)
+            return
+        self.send(self._loading(mode, wait_for_request))
+
+    def _begin_preload(self, asked: messages.Preload) -> None:
+        with self._send_lock:
+            self._held = []
+        answer: Future[messages.Loaded | messages.LoadFailed] = Future()
+        self._preload = (asked, answer)
+        threading.Thread(target=lambda: answer.set_result(self._loading(asked.mode, asked.wait_for_request)),
+                         name="preload", daemon=True).start()
+
+    def _loading(self, mode: str, wait_for_request: bool) -> messages.Loaded | messages.LoadFailed:
         try:
             resolved = self.runtime.load_bridged(wait_for_request) if mode == "bridged" else self.runtime.load_primary()
         except Exception as exc:
             log.exception("loading the %s backend failed", mode)
-            self.send(messages.LoadFailed(f"{type(exc).__name__}: {exc}"))
-            return
-        self.send(messages.Loaded(resolved))
+            return messages.LoadFailed(f"{type(exc).__name__}: {exc}")
+        return messages.Loaded(resolved)
 
     def _infer(self, request: messages.Infer) -> None:
         try:

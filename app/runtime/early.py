@@ -1,20 +1,30 @@
-"""The inference process, started before the server's own imports.
+"""The inference process, started before the server's own imports, and its first load begun then.
 
 The inference process (`app.runtime.child`) takes a few tenths of a second to start its interpreter and import
-what it needs (numpy, this project's runtime modules) before it can open the bridge; the server takes about half a
-second of imports (uvicorn, Starlette, numpy, the app) before it builds the engine. ``python -m app`` starts
-the child first thing (`start`), so the two import side by side on their own CPUs, and
-`app.runtime.proxy.ProcessRuntime` adopts it (`take`) when it starts its first child, sending it the `Spec` then.
-A child nobody takes (a setting that fails, the server stopping first) sees its pipe end and exits.
+what it needs (numpy, this project's runtime modules), then about half a second to open the bridge; the server
+takes about half a second of imports (uvicorn, Starlette, the app) before it builds the engine and would send the
+child what to load only then. So ``python -m app`` starts the child first thing (`start`), resolves what is
+served (`prepare`: `app.served`, a fifth of a second, mostly numpy's import) and sends the child its `Spec` and
+its first load (`messages.Preload`, decided as `app.engine.Engine.restore` decides a first load), and only then
+imports the server: the bridge opens while the server imports. `app.runtime.proxy.ProcessRuntime` adopts the
+child (`take`) when it starts its first one, if the `Spec` it resolved itself is the one sent; its first `Load`
+is answered with the preload's outcome. A child nobody takes (a setting that fails, a Spec that differs, a
+server stopping first) sees its pipe end and exits.
 
-Standard library only, so that importing this costs nothing before the child is under way.
+Standard library only at import, so that importing this costs nothing before the child is under way.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import subprocess
 import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 CHILD_MODULE = "app.runtime.child"
 PREIMPORTS = frozenset({"onnxruntime"})
@@ -39,8 +49,10 @@ class Spawned:
             os.close(to_child_r)
             os.close(from_child_w)
         self.module = module
-        self.to_child = to_child_w
-        self.from_child = from_child_r
+        self.outbox = Connection(to_child_w, readable=False)
+        self.inbox = Connection(from_child_r, writable=False)
+        self.sent: bytes | None = None
+        """The pickled `Spec` `prepare` sent (None: none sent yet)."""
 
 
 _early: Spawned | None = None
@@ -70,11 +82,39 @@ def take(module: str) -> Spawned | None:
     return None
 
 
+def prepare(settings: Any) -> None:
+    """Resolve what is served from ``settings`` (`app.served`) and send the started process its `Spec` and its
+    first load. Anything that fails here is left to the server's own start, which resolves the same and raises
+    it there (the process then gets its Spec the usual way)."""
+    spawned = _early
+    if spawned is None:
+        return
+    try:
+        from app import served
+        from app.runtime import messages
+        from app.sizing import read_budget
+
+        spec = served.resolve(settings, read_budget()).spec
+        data = pickle.dumps(spec)
+        spawned.outbox.send_bytes(data)
+        spawned.sent = data
+        # The first load as Engine.restore makes it: the bridge (the primary loading behind at once), else the primary.
+        first = messages.Preload("bridged" if spec.has_bridge and spec.settings.start_bridge else "primary")
+        spawned.outbox.send(first)
+    except Exception as exc:  # noqa: BLE001 - the server's start raises it again, with its own message
+        log.debug("resolving the spec before the server's imports failed: %r", exc)
+
+
+def same_spec(spawned: Spawned, spec: Any) -> bool:
+    """Whether ``spec`` is the one `prepare` sent the process (True where none was sent: it is yet to be)."""
+    return spawned.sent is None or spawned.sent == pickle.dumps(spec)
+
+
 def discard(spawned: Spawned) -> None:
     """Close a started process's pipes (it exits at the end of its pipe) and reap it."""
-    for fd in (spawned.to_child, spawned.from_child):
+    for connection in (spawned.outbox, spawned.inbox):
         try:
-            os.close(fd)
+            connection.close()
         except OSError:
             pass
     reap(spawned.process)

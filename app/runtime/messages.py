@@ -30,6 +30,15 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Preload:
+    """Begin this first load now, before the server asks (`app.runtime.early`); the `Load` of the same mode that
+    follows is answered with its outcome. Sent only to a process started before the server's imports."""
+
+    mode: Literal["primary", "bridged"]
+    wait_for_request: bool = False
+
+
+@dataclass(frozen=True)
 class Infer:
     ident: int
     slot: int
@@ -50,7 +59,7 @@ class Exit:
     """End now; nothing is in flight (the lifecycle releases only when idle)."""
 
 
-ToChild = Load | Infer | ListFiles | Exit
+ToChild = Load | Preload | Infer | ListFiles | Exit
 
 # --- inference process -> server ---------------------------------------------------------------
 

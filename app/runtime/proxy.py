@@ -21,7 +21,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Literal
 
@@ -47,29 +46,34 @@ class _ChildProcess:
     def __init__(self, module: str, spec: Spec) -> None:
         # The process ``python -m app`` started before its imports (`app.runtime.early`), else a new one.
         spawned = early.take(module)
+        self.early = False
+        """Started before the server's imports (`app.runtime.early`)."""
+        if spawned is not None and not early.same_spec(spawned, spec):
+            log.warning("the inference process started early (%d) was sent another spec; starting another",
+                        spawned.process.pid)
+            early.discard(spawned)
+            spawned = None
         if spawned is not None:
+            self._adopt(spawned)
             try:
-                self._adopt(spawned, spec)
+                if spawned.sent is None:
+                    self.send(spec)
                 self.early = True
                 return
             except OSError:  # it ended before its Spec reached it: start one as usual
                 log.warning("the inference process started early (%d) had ended; starting another",
                             spawned.process.pid)
-                self.close()
-                early.reap(spawned.process)
-        self._adopt(early.Spawned(module), spec)
-        self.early = False
-        """Started before the server's imports (`app.runtime.early`)."""
+                early.discard(spawned)
+        self._adopt(early.Spawned(module))
+        self.send(spec)
 
-    def _adopt(self, spawned: early.Spawned, spec: Spec) -> None:
+    def _adopt(self, spawned: early.Spawned) -> None:
         self.process = spawned.process
-        to_child_w, from_child_r = spawned.to_child, spawned.from_child
-        self.outbox = Connection(to_child_w, readable=False)
-        self.inbox = Connection(from_child_r, writable=False)
+        self.outbox = spawned.outbox
+        self.inbox = spawned.inbox
         self.send_lock = threading.Lock()
         self.ended = False
         """Set (under the runtime's lock) once its reader saw the end of the pipe."""
-        self.send(spec)
 
     @property
     def alive(self) -> bool:

@@ -87,7 +87,7 @@ def test_an_early_process_that_cannot_take_its_spec_is_replaced_by_a_new_one(tmp
     early.start("tests.app.runtime.deaf_child")
     spawned = early._early
     assert spawned is not None
-    assert os.read(spawned.from_child, 1) == b"x"  # alive, and its Spec pipe closed
+    assert os.read(spawned.inbox.fileno(), 1) == b"x"  # alive, and its Spec pipe closed
     spawned.module = FAKE_CHILD  # taken by the runtime below, whose later children answer
     served = runtime(tmp_path)
     served.load_primary()
