@@ -50,6 +50,8 @@ def test_the_first_request_after_start_is_served_by_the_bridge_and_passes_the_ou
         assert early is not None, server.log()
         children = psutil.Process(server.process.pid).children(recursive=True)
         assert int(early.group(1)) in [child.pid for child in children]
+        # ...and it had begun opening the bridge before the server asked (python -m app sent it the Spec early).
+        assert "the bridged load was begun at start, before the server asked" in server.log()
     assert "primary backend took over from the bridge" in server.log()
 
 

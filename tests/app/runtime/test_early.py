@@ -1,16 +1,27 @@
 """The inference process ``python -m app`` starts before its own imports (`app.runtime.early`): adopted by the
-first child start, discarded cleanly when nobody takes it, replaced when it died first."""
+first child start, discarded cleanly when nobody takes it or it was sent another Spec, replaced when it died first;
+and the first load it begins before the server asks (`messages.Preload`), answered at the server's Load."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+import multiprocessing
 import os
+import pickle
 import signal
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
-from app.runtime import early
+from app.runtime import early, messages
+from app.runtime.backends.base import Resolved
+from app.runtime.child import InferenceLoop
 from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec
 from app.settings import Settings
@@ -96,5 +107,90 @@ def test_an_early_process_that_cannot_take_its_spec_is_replaced_by_a_new_one(tmp
         assert served._child.process.pid != spawned.process.pid
         assert spawned.process.returncode is not None  # closed and reaped, not left behind
         assert served.intact()
+    finally:
+        served.unload()
+
+
+# --- the first load begun before the server asks (messages.Preload), in the inference process ----------------
+
+BRIDGE = Resolved("onnxruntime", 2, 1, 2, "f32", 0.4, None)
+PRIMARY = Resolved("openvino", 2, 2, 1, "f32", 1.5, True)
+
+
+class PrimaryFirst:
+    """A runtime whose primary is ready the moment its bridge is: its news would reach the server before the answer
+    to a load the server has not asked for yet."""
+
+    def __init__(self) -> None:
+        self.loads: list[tuple[str, bool]] = []
+        self.on_primary: Callable[[Resolved], None] = lambda resolved: None
+        self.on_primary_failed: Callable[[str], None] = lambda why: None
+
+    def load_bridged(self, wait_for_request: bool) -> Resolved:
+        self.loads.append(("bridged", wait_for_request))
+        self.on_primary(PRIMARY)
+        return BRIDGE
+
+    def load_primary(self) -> Resolved:
+        self.loads.append(("primary", False))
+        return PRIMARY
+
+
+@contextlib.contextmanager
+def inference_loop() -> Iterator[tuple[PrimaryFirst, Connection, Connection]]:
+    to_child_r, to_child_w = multiprocessing.Pipe(duplex=False)
+    from_child_r, from_child_w = multiprocessing.Pipe(duplex=False)
+    fake = PrimaryFirst()
+    loop = InferenceLoop(to_child_r, from_child_w, fake, 1)  # type: ignore[arg-type]
+    serving = threading.Thread(target=loop.serve, daemon=True)
+    serving.start()
+    try:
+        yield fake, to_child_w, from_child_r
+    finally:
+        to_child_w.send(messages.Exit())
+        serving.join(10)
+
+
+def test_a_preload_is_answered_at_the_servers_load_and_the_primarys_news_after_it() -> None:
+    with inference_loop() as (runtime, server_out, server_in):
+        server_out.send(messages.Preload("bridged"))
+        deadline = time.monotonic() + 10
+        while not runtime.loads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runtime.loads == [("bridged", False)]  # begun before anyone asked
+        assert not server_in.poll(0.3)  # the primary's news held: the server has not asked for a load yet
+        server_out.send(messages.Load("bridged", wait_for_request=False))
+        assert server_in.recv() == messages.Loaded(BRIDGE)
+        assert server_in.recv() == messages.PrimaryReady(PRIMARY)
+        assert runtime.loads == [("bridged", False)]  # loaded once
+        server_out.send(messages.Load("primary"))  # a later load is a load again, answered at once
+        assert server_in.recv() == messages.Loaded(PRIMARY)
+        assert runtime.loads == [("bridged", False), ("primary", False)]
+
+
+def test_a_load_unlike_the_preload_is_answered_with_the_preloads_outcome_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="app.runtime.child"), inference_loop() as (runtime, out, into):
+        out.send(messages.Preload("bridged"))
+        out.send(messages.Load("primary"))
+        assert into.recv() == messages.Loaded(BRIDGE)
+        assert into.recv() == messages.PrimaryReady(PRIMARY)
+        assert runtime.loads == [("bridged", False)]
+    assert "answering with the bridged load" in caplog.text
+
+
+def test_a_process_sent_another_spec_is_not_adopted(tmp_path: Path) -> None:
+    early.start(FAKE_CHILD)
+    spawned = early._early
+    assert spawned is not None
+    served = runtime(tmp_path)
+    other = dataclasses.replace(served.spec, writable=tmp_path / "elsewhere")
+    spawned.outbox.send(other)
+    spawned.sent = pickle.dumps(other)
+    served.load_primary()  # the fake child answers any load
+    try:
+        assert served._child is not None and not served._child.early
+        assert served._child.process.pid != spawned.process.pid
+        assert spawned.process.returncode is not None  # discarded, reaped
     finally:
         served.unload()
