@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
         log.error("invalid setting: %s", exc)
         return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if settings.inference_process:
         # Before the server's own imports (about half a second): the two processes import side by side.
         proxy = sys.modules.get("app.runtime.proxy")  # a test harness may run another child module
@@ -52,7 +53,6 @@ def main(argv: list[str] | None = None) -> int:
         early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE,
                     ("onnxruntime",) if onnxruntime else ())
         early.prepare(settings)  # what it loads first, sent now: it opens the bridge while the server imports
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return _serve(settings)
 
 

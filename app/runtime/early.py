@@ -32,7 +32,7 @@ PREIMPORTS = frozenset({"onnxruntime"})
 
 
 class Spawned:
-    """A started inference process and the server's ends of its two pipes (file descriptors)."""
+    """A started inference process and the server's ends of its two pipes."""
 
     def __init__(self, module: str, preimport: tuple[str, ...] = ()) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -94,7 +94,12 @@ def prepare(settings: Any) -> None:
         from app.runtime import messages
         from app.sizing import read_budget
 
-        spec = served.resolve(settings, read_budget()).spec
+        # Quiet: the server's own start resolves the same again and logs it (once, and formatted as it says).
+        logging.disable(logging.WARNING)
+        try:
+            spec = served.resolve(settings, read_budget()).spec
+        finally:
+            logging.disable(logging.NOTSET)
         data = pickle.dumps(spec)
         spawned.outbox.send_bytes(data)
         spawned.sent = data
