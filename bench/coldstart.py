@@ -103,12 +103,7 @@ def container_script(image: str, voices: str) -> dict[str, float]:
         done = subprocess.run(["podman", "run", "--rm", "-i", "--init", "--cpus", str(os.cpu_count() or 1),
                                "--memory", CONTAINER_MEMORY, image, "python", "-", IMAGE_MODEL, voices, TEXT, VOICE],
                               stdin=script, capture_output=True, text=True, timeout=120)
-    exited = time.monotonic()
-    if done.returncode != 0:
-        raise Failed(f"the plain script in {image} failed ({done.returncode}): {done.stderr[-2000:]}")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"opened_s": found["opened"] - spawned, "first_audio_s": found["audio"] - spawned,
-            "exit_s": exited - spawned, "audio_s": found["samples"] / found["rate"]}
+    return _script_times(done, spawned, f"the plain script in {image}")
 
 
 def _container_variant(text: str) -> tuple[str, dict[str, str]]:
@@ -124,9 +119,14 @@ def plain_script(model: Path, voices: Path) -> dict[str, float]:
     spawned = time.monotonic()
     done = subprocess.run([sys.executable, str(PLAIN), str(model), str(voices), TEXT, VOICE],
                           capture_output=True, text=True, timeout=120, env={**os.environ, "ORT_DISABLE_TELEMETRY": "1"})
+    return _script_times(done, spawned, "the plain script")
+
+
+def _script_times(done: subprocess.CompletedProcess[str], spawned: float, what: str) -> dict[str, float]:
+    """The script's own report (its monotonic clock is this machine's), as seconds since ``spawned``."""
     exited = time.monotonic()
     if done.returncode != 0:
-        raise Failed(f"the plain script failed ({done.returncode}): {done.stderr[-2000:]}")
+        raise Failed(f"{what} failed ({done.returncode}): {done.stderr[-2000:]}")
     found = json.loads(done.stdout.strip().splitlines()[-1])
     return {"opened_s": found["opened"] - spawned, "first_audio_s": found["audio"] - spawned,
             "exit_s": exited - spawned, "audio_s": found["samples"] / found["rate"]}
