@@ -185,6 +185,8 @@ class EngineChoice:
     """Path of the manifest used."""
     table: list[dict[str, Any]] = field(default_factory=list)
     """The tuner's figures behind the choice."""
+    wide: str = ""
+    """Why the wide session is off under this choice (`wide_faster`), or ``""``."""
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,5 +212,39 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
                                 streams=settings.streams or choice.streams,
                                 threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
     log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
+    wide = ""
+    if tuned.wide_chunk_tokens and (tuned.streams, tuned.threads_per_stream) == (choice.streams,
+                                                                               choice.threads_per_stream):
+        faster, wide = wide_faster(choice, found.manifest.table)
+        if not faster:
+            tuned = dataclasses.replace(tuned, wide_chunk_tokens=0)
+            log.info("engine: wide session off: %s", wide)
+        else:
+            wide = ""
     return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
-                               str(found.path), found.manifest.table)
+                               str(found.path), found.manifest.table, wide)
+
+
+def wide_faster(choice: Candidate, table: list[dict[str, Any]]) -> tuple[bool, str]:
+    """Whether the wide session (the ONNX Runtime bridge, one session on every thread of the pool) made audio
+    faster in the tuning run than one stream of the chosen form, and why. A request alone runs on it instead of
+    on one stream (`app.pool`), which pays only where it is the faster of the two: on a 2-vCPU Xeon with AMX,
+    ONNX Runtime 1 x 2 made 2.13 audio-seconds per second and one stream of OpenVINO bf16 2 x 1 2.40 (4.79 for
+    the two), and the wide session took first audio alone from 0.63 to 0.84 s p50 and halved a lone client's
+    audio per CPU-second (bench/results/latency-20261203-xeon-wide). Where the table lacks either figure (an
+    older manifest, a candidate that failed) the wide session is kept: it is on by default, measured faster on
+    every CPU without bf16."""
+    threads = choice.streams * choice.threads_per_stream
+    if choice.streams < 2:
+        return True, "one stream: no wide session"
+    rows = {(r.get("backend"), r.get("form", "onnx"), r.get("precision"), r.get("streams"),
+             r.get("threads_per_stream")): r for r in table if not r.get("error")}
+    primary = rows.get((choice.backend, choice.form, choice.precision, choice.streams, choice.threads_per_stream))
+    bridge = rows.get(("onnxruntime", "onnx", "f32", 1, threads))
+    if not primary or not bridge or not primary.get("throughput") or not bridge.get("throughput"):
+        return True, "the tuning run did not measure both"
+    stream = float(primary["throughput"]) / choice.streams
+    wide = float(bridge["throughput"])
+    verdict = "faster" if wide > stream else "not faster"
+    return wide > stream, (f"the wide session (onnxruntime 1 x {threads}) made {wide:.2f} audio-s per s in the "
+                           f"tuning run, {verdict} than one stream of {choice.name} ({stream:.2f})")

@@ -80,6 +80,40 @@ def test_resolve_forced_default_and_tuned(tmp_path: Path, caplog: pytest.LogCapt
     assert (pinned.streams, pinned.threads_per_stream) == (2, 2)
 
 
+def row(candidate: Candidate, throughput: float, error: str = "") -> dict[str, Any]:
+    return {"candidate": candidate.name, **dataclasses.asdict(candidate), "efficiency": throughput / 2,
+            "throughput": throughput, "error": error}
+
+
+BF16_2X1 = Candidate("openvino", "bf16", 2, 1, "dequant16")
+XEON_TABLE = [row(ORT_2X1, 3.15), row(BF16_2X1, 4.79), row(ORT_1X2, 2.13)]
+"""The tuning run on the 2-vCPU Xeon with AMX of 2026-12-03 (audio-s per s): one bf16 stream beats the bridge."""
+
+
+def test_the_wide_session_is_kept_only_where_it_outran_one_stream_in_the_tuning_run() -> None:
+    faster, why = tuning.wide_faster(BF16_2X1, XEON_TABLE)
+    assert not faster and "2.13" in why and "2.40" in why and "not faster" in why
+    assert tuning.wide_faster(ORT_2X1, XEON_TABLE)[0]  # 2.13 against 1.58 for one ONNX Runtime stream
+    assert tuning.wide_faster(BF16_2X1, XEON_TABLE[:2])[0]  # the bridge's shape not measured: kept
+    assert tuning.wide_faster(BF16_2X1, [row(BF16_2X1, 4.79), row(ORT_1X2, 2.13, error="crashed")])[0]
+    assert tuning.wide_faster(ORT_1X2, XEON_TABLE)[0]  # one stream: nothing to compare (and no wide session)
+
+
+def test_a_tuned_choice_turns_a_slower_wide_session_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    here = TuneKey.here(2, "ab" * 32)
+    tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
+    with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
+        tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+    assert tuned.wide_chunk_tokens == 0 and "not faster" in choice.wide and "wide session off" in caplog.text
+    assert tuning.resolve(Settings(wide_chunk_tokens=0), 2, "ab" * 32, tmp_path)[1].wide == ""  # already off
+    # Another shape than the one measured: the comparison does not apply, the setting stays.
+    pinned, choice = tuning.resolve(Settings(threads_per_stream=2), 2, "ab" * 32, tmp_path)
+    assert pinned.wide_chunk_tokens == Settings().wide_chunk_tokens and choice.wide == ""
+    tuning.write(tmp_path, Manifest(key=here, choice=ORT_2X1, why="ort was fastest", table=XEON_TABLE))
+    kept, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+    assert kept.wide_chunk_tokens == Settings().wide_chunk_tokens and choice.wide == ""
+
+
 def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> tuner.Result:
     verdict = outputcheck.Verdict(candidate.name, "ref", passed, 3, () if passed else ("t0/0",), 0,
                                   0.3 if passed else 1.2, 0.3)
@@ -208,6 +242,21 @@ def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, 
     assert info["resolved"]["backend"] == "onnxruntime"
     assert (info["pool"]["streams"], info["pool"]["threads_per_stream"]) == (1, 2)
     assert "engine: onnxruntime-f32-1x2 from" in log
+
+
+def test_a_tuned_server_whose_wide_session_ran_slower_serves_a_request_alone_on_a_stream(
+        tmp_path: Path, cache_dir: Path) -> None:
+    baked = tmp_path / "baked"
+    here = TuneKey.here(read_budget().cpus, served_sha256(cache_dir))
+    table = [row(ORT_2X1, 5.0), row(ORT_1X2, 2.0)]  # as if one stream of two made 2.5 audio-s per s
+    tuning.write(baked, Manifest(key=here, choice=ORT_2X1, why="ort 2 x 1", table=table))
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
+        assert len(speak(server.url)) > 24000
+        info = httpx.get(f"{server.url}/v1/info").json()
+        log = server.log()
+    assert info["pool"]["wide_session"] is False and info["pool"]["granted"]["wide"] == 0
+    assert info["pool"]["granted"]["first"] >= 1 and "not faster" in info["engine"]["wide"]
+    assert "engine: wide session off: the wide session (onnxruntime 1 x 2) made 2.00" in log
 
 
 def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, cache_dir: Path) -> None:
