@@ -19,6 +19,7 @@ PREFIX = "TTS_"
 BACKENDS = ("auto", "openvino", "onnxruntime")
 PRECISIONS = ("f32", "bf16", "f16")
 SCHEDULERS = ("deadline", "fifo")
+WIDE_FORMS = ("auto", "bridge", "primary")
 SECRETS = ("admin_token", "api_key", "metrics_token")
 """Fields shown only as "set" or empty, never their values."""
 
@@ -115,8 +116,16 @@ class Settings:
     """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
     session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about
     90 MB), and the pool's streams wait for it: a request alone gets the CPUs a busy pool would share out.
-    Only where the pool has more than one stream; needs ``TTS_RESTORE_BRIDGE``; 0 turns it off (the bridge
-    is then dropped once the primary serves)."""
+    Only where the pool has more than one stream; needs ``TTS_RESTORE_BRIDGE`` (or ``TTS_WIDE_FORM=primary``); 0
+    turns it off (the bridge is then dropped once the primary serves). A tuned choice (``TTS_BACKEND=auto``) turns it
+    off where its tuning run found the bridge on all threads no faster than one stream of the chosen form (the
+    Xeon with AMX and bf16: see ``TTS_WIDE_FORM``)."""
+    wide_form: str = "auto"
+    """What the wide session runs: ``bridge`` (the ONNX Runtime bridge kept loaded), ``primary`` (OpenVINO's
+    primary form compiled a second time as one stream with all the pool's threads, loaded behind the primary:
+    faster where OpenVINO's form is, at about 0.65 GB more warm memory) or ``auto``: the bridge, except that under
+    a tuned choice whose tuning run measured the bridge no faster than one stream of the chosen form the wide
+    session is off (`app.runtime.tuning.wide_choice`)."""
     slack_chunks: bool = True
     """Size each later chunk when it is due from its request's playback slack (audio sent, less playback
     elapsed, less ``TTS_DEADLINE_MARGIN_S``) and the pool's measured seconds per token: as many tokens as
@@ -236,6 +245,7 @@ class Settings:
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
             ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,
              "0 (off) or between 10 and 510"),
+            ("wide_form", self.wide_form in WIDE_FORMS, f"one of {', '.join(WIDE_FORMS)}"),
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),

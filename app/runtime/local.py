@@ -18,6 +18,10 @@ With ``keep_bridge`` (`app.settings.Settings.wide_chunk_tokens`) the bridge is n
 takes over: it stays loaded as the **wide session**, all the pool's threads in one session, and the slot
 `app.runtime.protocol.WIDE` runs on it (a lone request's chunk while the pool holds every stream for it).
 Before the takeover, or where the bridge is the only backend loaded, that slot runs on the active backend.
+With a ``wide`` backend (`app.runtime.spec.Spec.wide_primary`: the primary's form compiled as one stream on every
+thread) the bridge is dropped as usual and the wide backend loads behind the primary, in the same background
+thread at the same low priority, once the primary serves; the slot runs on it once it has loaded and warmed up
+(before, on the active backend's first slot), and a wide backend that fails to load is logged and left out.
 
 Every load of OpenVINO ends with a **warm-up** (not ONNX Runtime's: see `WARMED_BACKENDS`): each slot
 runs one short inference before the backend serves,
@@ -83,11 +87,16 @@ class LocalRuntime:
     """The backends in this process (`app.runtime.protocol.Runtime`): the primary, and the bridge if any."""
 
     def __init__(self, primary: Backend, bridge: Backend | None = None, warm_up: WarmUp | None = None, *,
-                 keep_bridge: bool = False) -> None:
+                 keep_bridge: bool = False, wide: Backend | None = None) -> None:
         self.primary = primary
         self.bridge = bridge
-        self.keep_bridge = keep_bridge and bridge is not None
+        self.wide = wide
+        """The wide session's own backend, loaded behind the primary (see the module docstring)."""
+        self.keep_bridge = keep_bridge and bridge is not None and wide is None
         """Keep the bridge loaded beside the primary as the wide session (see the module docstring)."""
+        self._wide_ready = False
+        self.wide_error: str | None = None
+        """Why the wide backend failed to load (the wide slot runs on the active backend); None once it loads."""
         self.warm_up = warm_up
         self.resolved: Resolved | None = None
         """What the primary resolved at its last load."""
@@ -114,7 +123,7 @@ class LocalRuntime:
 
     @property
     def has_wide(self) -> bool:
-        return self.keep_bridge
+        return self.keep_bridge or self.wide is not None
 
     @property
     def loaded(self) -> bool:
@@ -135,6 +144,10 @@ class LocalRuntime:
         self.primary_error = None
         with self._lock:
             self._active = self.primary
+        if self.wide is not None:
+            self._stop_loading = False
+            self._loader = threading.Thread(target=self._load_wide_behind, name="wide-load", daemon=True)
+            self._loader.start()
         self.settle()
         return self.resolved
 
@@ -187,7 +200,34 @@ class LocalRuntime:
             self.on_primary(resolved)
         if idle_bridge and self.bridge is not None:
             self._drop(self.bridge)
+        if self.wide is not None:
+            self._load_wide()
         self.settle()
+
+    def _load_wide_behind(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (OSError, AttributeError):
+            pass
+        self._load_wide()
+
+    def _load_wide(self) -> None:
+        """Load and warm the wide backend (in the loader thread, once the primary serves); a failure leaves the
+        wide slot on the active backend."""
+        wide = self.wide
+        if wide is None or self._stop_loading:
+            return
+        try:
+            resolved = self._warm(wide, wide.load())
+        except Exception as exc:
+            log.exception("the wide session's backend failed to load; the wide slot runs on a stream")
+            self.wide_error = f"{type(exc).__name__}: {exc}"
+            return
+        with self._lock:
+            self._wide_ready = not self._stop_loading
+        self.wide_error = None
+        log.info("wide session loaded: %s, %d stream of %d threads, in %.2f s", wide.name, resolved.streams,
+                 resolved.threads, resolved.load_s)
 
     def _warm(self, backend: Backend, resolved: Resolved) -> Resolved:
         """One inference on every stream of a freshly loaded ``backend``, one after another.
@@ -228,9 +268,11 @@ class LocalRuntime:
             if backend is None:
                 raise RuntimeError("no backend is loaded")
             if slot == WIDE:
-                # The kept bridge once it is loaded; before it is (or without one), the active backend's first
-                # slot, which the pool holds with all the others for this call.
+                # The wide backend or the kept bridge once it is loaded; before (or without one), the active
+                # backend's first slot, which the pool holds with all the others for this call.
                 kept = self.bridge if self.keep_bridge and self.bridge is not None and self.bridge.loaded else None
+                if self._wide_ready and self.wide is not None and backend is self.primary:
+                    kept = self.wide
                 backend, slot = kept or backend, 0
             self._users[id(backend)] += 1
         try:
@@ -277,12 +319,16 @@ class LocalRuntime:
             self._loader = None
         with self._lock:
             self._active = None
+            self._wide_ready = False
         self.primary.unload()
         if self.bridge is not None:
             self.bridge.unload()
+        if self.wide is not None:
+            self.wide.unload()
 
     def files(self) -> list[Path]:
         found = list(self.primary.files())
-        if self.bridge is not None:
-            found.extend(p for p in self.bridge.files() if p not in found)
+        for other in (self.bridge, self.wide):
+            if other is not None:
+                found.extend(p for p in other.files() if p not in found)
         return found

@@ -57,10 +57,20 @@ class Spec:
         return settings.backend == "onnxruntime" and not settings.runtime_defaults and self.shape.streams > 1
 
     @property
+    def wide_primary(self) -> bool:
+        """Whether the wide session is OpenVINO's primary form compiled as one stream on all the pool's threads
+        (``TTS_WIDE_FORM=primary``, or the tuned choice's `app.runtime.tuning.wide_choice`)."""
+        settings = self.settings
+        return (settings.wide_form == "primary" and settings.backend == "openvino" and settings.wide_chunk_tokens > 0
+                and self.shape.streams > 1)
+
+    @property
     def wide(self) -> bool:
-        """Whether the bridge stays loaded beside the primary as the wide session (`app.runtime.local`): only
-        where it is wider than a slot, that is where the pool has more than one stream."""
-        return self.settings.wide_chunk_tokens > 0 and self.has_bridge and self.shape.streams > 1
+        """Whether the pool has a wide session (`app.runtime.local`): the primary's form on every thread, or the
+        bridge kept loaded beside the primary; only where it is wider than a slot, that is where the pool has
+        more than one stream."""
+        return self.wide_primary or (self.settings.wide_chunk_tokens > 0 and self.has_bridge
+                                     and self.shape.streams > 1)
 
 
 def build_runtime(spec: Spec) -> LocalRuntime:
@@ -68,15 +78,19 @@ def build_runtime(spec: Spec) -> LocalRuntime:
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
                               spec.baked_graphs) if spec.has_bridge else None)
+    wide = (Deferred(spec.settings.backend, lambda: _primary(spec, PoolShape(1, spec.shape.threads)))
+            if spec.wide_primary else None)
     return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up,
-                        keep_bridge=spec.wide)
+                        keep_bridge=spec.wide and not spec.wide_primary, wide=wide)
 
 
-def _primary(spec: Spec) -> Backend:
+def _primary(spec: Spec, shape: PoolShape | None = None) -> Backend:
+    """The primary backend, in the pool's shape or (the wide session's form) in ``shape``."""
     settings = spec.settings
     cache = _compile_cache(settings, spec.model_path, spec.writable)
     fallback = spec.writable / "openvino" / cache.name if cache else None
-    return backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=settings.runtime_defaults,
+    return backends.create(settings.backend, spec.model_path, shape or spec.shape,
+                           runtime_defaults=settings.runtime_defaults,
                            precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
                            shape_cache=settings.shape_cache,
                            optimized_dir=spec.writable / "onnxruntime" if settings.compile_cache else None,

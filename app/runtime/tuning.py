@@ -186,7 +186,7 @@ class EngineChoice:
     table: list[dict[str, Any]] = field(default_factory=list)
     """The tuner's figures behind the choice."""
     wide: str = ""
-    """Why the wide session is off under this choice (`wide_faster`), or ``""``."""
+    """The figures behind what the wide session runs under this choice (`wide_choice`), or ``""``."""
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,38 +213,51 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
                                 threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
     log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
     wide = ""
-    if tuned.wide_chunk_tokens and (tuned.streams, tuned.threads_per_stream) == (choice.streams,
-                                                                               choice.threads_per_stream):
-        faster, wide = wide_faster(choice, found.manifest.table)
-        if not faster:
-            tuned = dataclasses.replace(tuned, wide_chunk_tokens=0)
-            log.info("engine: wide session off: %s", wide)
-        else:
-            wide = ""
+    if (tuned.wide_chunk_tokens and tuned.wide_form == "auto"
+            and (tuned.streams, tuned.threads_per_stream) == (choice.streams, choice.threads_per_stream)):
+        form, wide = wide_choice(choice, found.manifest.table)
+        tuned = dataclasses.replace(tuned, wide_form=form or "auto", wide_chunk_tokens=tuned.wide_chunk_tokens
+                                    if form else 0)
+        log.info("engine: wide session %s: %s", f"on the {form}" if form else "off", wide)
     return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
                                str(found.path), found.manifest.table, wide)
 
 
-def wide_faster(choice: Candidate, table: list[dict[str, Any]]) -> tuple[bool, str]:
-    """Whether the wide session (the ONNX Runtime bridge, one session on every thread of the pool) made audio
-    faster in the tuning run than one stream of the chosen form, and why. A request alone runs on it instead of
-    on one stream (`app.pool`), which pays only where it is the faster of the two: on a 2-vCPU Xeon with AMX,
-    ONNX Runtime 1 x 2 made 2.13 audio-seconds per second and one stream of OpenVINO bf16 2 x 1 2.40 (4.79 for
-    the two), and the wide session took first audio alone from 0.63 to 0.84 s p50 and halved a lone client's
-    audio per CPU-second (bench/results/latency-20261203-xeon-wide). Where the table lacks either figure (an
-    older manifest, a candidate that failed) the wide session is kept: it is on by default, measured faster on
-    every CPU without bf16."""
+AUTO_WIDE_FORMS = ("bridge",)
+"""What ``TTS_WIDE_FORM=auto`` may choose. Not ``primary``: on the 2-vCPU Xeon with AMX of 2026-12-03 it took first
+audio alone from 0.65 to 0.56 s p50 (0.88 to 0.66 s p90) but the warm process tree from 1,260 to 1,925 MB (the
+bridge as the wide session: 1,393 MB), half again the tuned form's memory (bench/results/latency-20261203-xeon-
+widepri); set by hand where a tenth of a second is worth that."""
+
+
+def wide_choice(choice: Candidate, table: list[dict[str, Any]],
+                forms: tuple[str, ...] = AUTO_WIDE_FORMS) -> tuple[str, str]:
+    """What the wide session should run under ``choice`` by the tuning run's figures, and why: the fastest of
+    ``forms`` (``bridge``: ONNX Runtime on every thread; ``primary``: the chosen OpenVINO form compiled as one
+    stream on every thread) that made more audio per second than one stream of the chosen form, or ``""`` (off)
+    where none did. A request alone runs on the wide session instead of on one stream (`app.pool`), which pays
+    only where it is the faster. The figures of both forms are in the reason, whichever may be chosen.
+
+    On the 2-vCPU Xeon with AMX of 2026-12-03 one stream of OpenVINO bf16 2 x 1 made 2.40 audio-s per s, ONNX
+    Runtime 1 x 2 2.13 and bf16 1 x 2 3.47: with the bridge as its wide session a request alone waited longer
+    for first audio than without one (0.84 against 0.63 s p50) and a lone client got half the audio per
+    CPU-second (bench/results/latency-20261203-xeon-wide). Where the table lacks the chosen form's figure (an
+    older manifest) the bridge is kept, as by default: measured faster on every CPU without bf16."""
     threads = choice.streams * choice.threads_per_stream
-    if choice.streams < 2:
-        return True, "one stream: no wide session"
     rows = {(r.get("backend"), r.get("form", "onnx"), r.get("precision"), r.get("streams"),
-             r.get("threads_per_stream")): r for r in table if not r.get("error")}
-    primary = rows.get((choice.backend, choice.form, choice.precision, choice.streams, choice.threads_per_stream))
-    bridge = rows.get(("onnxruntime", "onnx", "f32", 1, threads))
-    if not primary or not bridge or not primary.get("throughput") or not bridge.get("throughput"):
-        return True, "the tuning run did not measure both"
-    stream = float(primary["throughput"]) / choice.streams
-    wide = float(bridge["throughput"])
-    verdict = "faster" if wide > stream else "not faster"
-    return wide > stream, (f"the wide session (onnxruntime 1 x {threads}) made {wide:.2f} audio-s per s in the "
-                           f"tuning run, {verdict} than one stream of {choice.name} ({stream:.2f})")
+             r.get("threads_per_stream")): float(r.get("throughput") or 0.0) for r in table if not r.get("error")}
+    per_stream = rows.get((choice.backend, choice.form, choice.precision, choice.streams,
+                           choice.threads_per_stream), 0.0) / choice.streams
+    if choice.streams < 2 or not per_stream:
+        return "bridge", "the tuning run did not measure the chosen form's streams" if choice.streams > 1 else ""
+    wide = {"bridge": (rows.get(("onnxruntime", "onnx", "f32", 1, threads), 0.0), f"onnxruntime 1 x {threads}")}
+    if choice.backend == "openvino":
+        wide["primary"] = (rows.get((choice.backend, choice.form, choice.precision, 1, threads), 0.0),
+                           f"{choice.backend} {choice.form} {choice.precision} 1 x {threads}")
+    measured = ", ".join(f"{form} ({name}) {speed:.2f}" if speed else f"{form} ({name}) not measured"
+                         for form, (speed, name) in wide.items())
+    why = (f"audio-s per s in the tuning run: one stream of {choice.name} {per_stream:.2f}; as the wide session, "
+           f"{measured}")
+    allowed = [form for form in wide if form in forms]
+    best = max(allowed, key=lambda form: wide[form][0]) if allowed else ""
+    return (best, why) if best and wide[best][0] > per_stream else ("", why)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -170,3 +171,41 @@ def test_bridge_serves_the_first_request_then_openvino_takes_over(cache_dir: Pat
         assert speak(server) == warm_audio
         served = httpx.get(f"{server.url}/v1/info").json()["inferences_by_backend"]
         assert served["onnxruntime"] >= 1 and served["openvino"] >= 2
+
+
+def test_the_primary_form_as_the_wide_session_serves_a_lone_request_and_returns_after_a_release(
+        cache_dir: Path, tmp_path: Path) -> None:
+    """``TTS_WIDE_FORM=primary``: OpenVINO's form compiled as one stream on both threads loads behind the primary,
+    serves a request alone (the bridge is dropped, not kept), is freed by a release and loads again after it."""
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret", backend="openvino",
+                     wide_form="primary") as server:
+        def loaded_times() -> int:
+            return server.log().count("wide session loaded: openvino, 1 stream of 2 threads")
+
+        def info() -> dict[str, Any]:
+            found: dict[str, Any] = httpx.get(f"{server.url}/v1/info").json()
+            return found
+
+        deadline = time.monotonic() + 180  # the primary and then the wide form load behind the bridge
+        while loaded_times() < 1:
+            assert time.monotonic() < deadline, server.log()[-3000:]
+            time.sleep(0.2)
+        before = info()
+        assert before["pool"]["wide_session"] is True and before["active_backend"] == "openvino"
+        wide_audio = speak(server)
+        after = info()
+        assert after["pool"]["granted"]["wide"] > before["pool"]["granted"]["wide"]
+        assert after["inferences_by_backend"].get("onnxruntime", 0) == before["inferences_by_backend"].get(
+            "onnxruntime", 0)  # not the bridge: OpenVINO's wide form
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # side by side: one stream each, not wide
+            narrow = list(pool.map(lambda _: speak(server), range(2)))
+        assert all(abs(len(a) - len(wide_audio)) < 0.05 * len(wide_audio) for a in narrow)
+
+        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN).json()["released"] is True
+        assert len(speak(server)) > 0  # the restore: on the bridge
+        while loaded_times() < 2:
+            assert time.monotonic() < deadline + 180, server.log()[-3000:]
+            time.sleep(0.2)
+        granted = info()["pool"]["granted"]["wide"]
+        assert abs(len(speak(server)) - len(wide_audio)) < 0.05 * len(wide_audio)
+        assert info()["pool"]["granted"]["wide"] > granted

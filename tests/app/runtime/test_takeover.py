@@ -192,16 +192,54 @@ def test_a_kept_bridge_serves_the_wide_slot_beside_the_primary() -> None:
     assert not bridge.loaded and not primary.loaded
 
 
-@pytest.mark.parametrize(("settings", "streams", "wide"), [
-    (Settings(backend="openvino"), 2, True),
-    (Settings(backend="onnxruntime"), 2, True),
-    (Settings(backend="openvino"), 1, False),  # the bridge's threads are the one stream's: nothing wider
-    (Settings(backend="openvino", wide_chunk_tokens=0), 2, False),
-    (Settings(backend="openvino", restore_bridge=False), 2, False),
+def test_a_wide_backend_loads_behind_the_primary_and_serves_the_wide_slot() -> None:
+    primary, bridge, wide = Backend("openvino", 1.0), Backend("onnxruntime", 2.0), Backend("openvino", 3.0)
+    runtime = LocalRuntime(primary, bridge, keep_bridge=True, wide=wide)
+    assert runtime.has_wide and not runtime.keep_bridge  # the wide backend replaces the kept bridge
+    wide.loading.clear()
+    runtime.load_bridged(wait_for_request=False)
+    wait_until(lambda: runtime.active_name == "openvino" and not bridge.loaded)  # dropped once the primary serves
+    marks = lambda: [runtime.infer(slot, tokens(3), STYLE, 1.0)[0] for slot in (0, 1, WIDE)]  # noqa: E731
+    assert marks() == [1.0, 1.0, 1.0]  # the wide backend still loading: the wide slot on the primary's first
+    wide.loading.set()
+    wait_until(lambda: marks()[2] == 3.0)
+    assert marks() == [1.0, 1.0, 3.0] and runtime.wide_error is None
+    runtime.unload()
+    assert not wide.loaded and not primary.loaded
+    # A restore without the bridge loads it behind the primary too.
+    runtime.load_primary()
+    wait_until(lambda: marks()[2] == 3.0)
+    runtime.unload()
+    assert not wide.loaded
+
+
+def test_a_wide_backend_that_fails_to_load_leaves_the_wide_slot_on_a_stream(caplog: pytest.LogCaptureFixture) -> None:
+    primary, wide = Backend("openvino", 1.0), Backend("openvino", 3.0, fail_load=True)
+    runtime = LocalRuntime(primary, wide=wide)
+    with caplog.at_level(logging.ERROR, logger="app.runtime.local"):
+        runtime.load_primary()
+        wait_until(lambda: runtime.wide_error is not None)
+    assert "injected primary load failure" in (runtime.wide_error or "") and "wide session" in caplog.text
+    assert runtime.infer(WIDE, tokens(3), STYLE, 1.0)[0] == 1.0 and runtime.active_name == "openvino"
+    runtime.unload()
+
+
+@pytest.mark.parametrize(("settings", "streams", "wide", "primary"), [
+    (Settings(backend="openvino"), 2, True, False),
+    (Settings(backend="onnxruntime"), 2, True, False),
+    (Settings(backend="openvino"), 1, False, False),  # the bridge's threads are the one stream's: nothing wider
+    (Settings(backend="openvino", wide_chunk_tokens=0), 2, False, False),
+    (Settings(backend="openvino", restore_bridge=False), 2, False, False),
+    (Settings(backend="openvino", wide_form="primary"), 2, True, True),
+    (Settings(backend="openvino", wide_form="primary", restore_bridge=False), 2, True, True),  # needs no bridge
+    (Settings(backend="openvino", wide_form="primary"), 1, False, False),
+    (Settings(backend="openvino", wide_form="primary", wide_chunk_tokens=0), 2, False, False),
+    (Settings(backend="onnxruntime", wide_form="primary"), 2, True, False),  # ONNX Runtime's is the bridge
 ])
-def test_which_pools_keep_the_bridge_as_their_wide_session(settings: Settings, streams: int, wide: bool) -> None:
+def test_which_pools_have_a_wide_session_and_what_it_runs(settings: Settings, streams: int, wide: bool,
+                                                          primary: bool) -> None:
     spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
-    assert spec.wide is wide
+    assert spec.wide is wide and spec.wide_primary is primary
 
 
 class Filed(Backend):

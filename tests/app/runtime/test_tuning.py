@@ -86,17 +86,21 @@ def row(candidate: Candidate, throughput: float, error: str = "") -> dict[str, A
 
 
 BF16_2X1 = Candidate("openvino", "bf16", 2, 1, "dequant16")
-XEON_TABLE = [row(ORT_2X1, 3.15), row(BF16_2X1, 4.79), row(ORT_1X2, 2.13)]
+BF16_1X2 = Candidate("openvino", "bf16", 1, 2, "dequant16")
+XEON_TABLE = [row(ORT_2X1, 3.15), row(BF16_2X1, 4.79), row(ORT_1X2, 2.13), row(BF16_1X2, 3.47)]
 """The tuning run on the 2-vCPU Xeon with AMX of 2026-12-03 (audio-s per s): one bf16 stream beats the bridge."""
 
 
-def test_the_wide_session_is_kept_only_where_it_outran_one_stream_in_the_tuning_run() -> None:
-    faster, why = tuning.wide_faster(BF16_2X1, XEON_TABLE)
-    assert not faster and "2.13" in why and "2.40" in why and "not faster" in why
-    assert tuning.wide_faster(ORT_2X1, XEON_TABLE)[0]  # 2.13 against 1.58 for one ONNX Runtime stream
-    assert tuning.wide_faster(BF16_2X1, XEON_TABLE[:2])[0]  # the bridge's shape not measured: kept
-    assert tuning.wide_faster(BF16_2X1, [row(BF16_2X1, 4.79), row(ORT_1X2, 2.13, error="crashed")])[0]
-    assert tuning.wide_faster(ORT_1X2, XEON_TABLE)[0]  # one stream: nothing to compare (and no wide session)
+def test_the_wide_session_runs_what_outran_one_stream_in_the_tuning_run() -> None:
+    form, why = tuning.wide_choice(BF16_2X1, XEON_TABLE)
+    assert form == "" and "2.40" in why and "bridge (onnxruntime 1 x 2) 2.13" in why and "3.47" in why
+    assert tuning.wide_choice(BF16_2X1, XEON_TABLE, forms=("bridge", "primary"))[0] == "primary"
+    form, why = tuning.wide_choice(BF16_2X1, XEON_TABLE[:3], forms=("bridge", "primary"))
+    assert form == "" and "primary (openvino dequant16 bf16 1 x 2) not measured" in why  # the bridge: 2.13 < 2.40
+    assert tuning.wide_choice(ORT_2X1, XEON_TABLE)[0] == "bridge"  # 2.13 against 1.58 for one ONNX Runtime stream
+    assert tuning.wide_choice(BF16_2X1, [row(BF16_2X1, 4.79), row(ORT_1X2, 2.13, error="crashed")])[0] == ""
+    assert tuning.wide_choice(BF16_2X1, XEON_TABLE[:1])[0] == "bridge"  # the chosen form not measured: the default
+    assert tuning.wide_choice(BF16_1X2, XEON_TABLE)[0] == "bridge"  # one stream: nothing to compare, nothing wide
 
 
 def test_a_tuned_choice_turns_a_slower_wide_session_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -104,14 +108,16 @@ def test_a_tuned_choice_turns_a_slower_wide_session_off(tmp_path: Path, caplog: 
     tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
     with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
         tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
-    assert tuned.wide_chunk_tokens == 0 and "not faster" in choice.wide and "wide session off" in caplog.text
-    assert tuning.resolve(Settings(wide_chunk_tokens=0), 2, "ab" * 32, tmp_path)[1].wide == ""  # already off
-    # Another shape than the one measured: the comparison does not apply, the setting stays.
+    assert tuned.wide_chunk_tokens == 0 and "3.47" in choice.wide and "wide session off" in caplog.text
+    # Set by hand, it stays; so does the setting under another shape than the one measured.
+    hand = tuning.resolve(Settings(wide_form="primary"), 2, "ab" * 32, tmp_path)[0]
+    assert (hand.wide_form, hand.wide_chunk_tokens) == ("primary", Settings().wide_chunk_tokens)
     pinned, choice = tuning.resolve(Settings(threads_per_stream=2), 2, "ab" * 32, tmp_path)
-    assert pinned.wide_chunk_tokens == Settings().wide_chunk_tokens and choice.wide == ""
-    tuning.write(tmp_path, Manifest(key=here, choice=ORT_2X1, why="ort was fastest", table=XEON_TABLE))
+    assert (pinned.wide_form, pinned.wide_chunk_tokens, choice.wide) == ("auto", Settings().wide_chunk_tokens, "")
+    # Under ONNX Runtime 2 x 1 the bridge on both threads outran one stream (2.13 against 1.58): kept.
+    tuning.write(tmp_path, Manifest(key=here, choice=ORT_2X1, why="ort", table=XEON_TABLE))
     kept, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
-    assert kept.wide_chunk_tokens == Settings().wide_chunk_tokens and choice.wide == ""
+    assert (kept.wide_form, kept.wide_chunk_tokens) == ("bridge", Settings().wide_chunk_tokens) and choice.wide
 
 
 def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> tuner.Result:
@@ -255,8 +261,8 @@ def test_a_tuned_server_whose_wide_session_ran_slower_serves_a_request_alone_on_
         info = httpx.get(f"{server.url}/v1/info").json()
         log = server.log()
     assert info["pool"]["wide_session"] is False and info["pool"]["granted"]["wide"] == 0
-    assert info["pool"]["granted"]["first"] >= 1 and "not faster" in info["engine"]["wide"]
-    assert "engine: wide session off: the wide session (onnxruntime 1 x 2) made 2.00" in log
+    assert info["pool"]["granted"]["first"] >= 1 and "bridge (onnxruntime 1 x 2) 2.00" in info["engine"]["wide"]
+    assert "engine: wide session off: audio-s per s in the tuning run: one stream of onnxruntime-f32-2x1 2.50" in log
 
 
 def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, cache_dir: Path) -> None:
