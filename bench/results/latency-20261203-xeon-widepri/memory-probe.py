@@ -17,7 +17,7 @@ VARIANTS = [("nowide", {"TTS_WIDE_CHUNK_TOKENS": "0"}), ("primary-wide", {}),
 
 def tree_rss(pid: int) -> float:
     root = psutil.Process(pid)
-    return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+    return float(sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])) / 2**20
 
 
 def speak(utterance: dict[str, str]) -> None:
