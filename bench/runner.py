@@ -93,6 +93,12 @@ class Options:
     tuned_dir: Path | None = None
     """Reuse the manifest a tuning run left here instead of tuning again."""
 
+    @property
+    def serves_tuned(self) -> bool:
+        """Whether the complete system serves a tuned choice: tuned here first, or read from ``tuned_dir`` (which a
+        quick run, untuned by default, honours too: until 2026-12-03 it ignored it and served OpenVINO f32)."""
+        return self.tune or self.tuned_dir is not None
+
     def estimate_s(self, n_configs: int, complete: bool) -> float:
         """Rough wall time on a quiet 2-core machine (start-up and in-process jobs that overlap idle excluded)."""
         per_config = 25.0 + len(self.clients) * (self.ramp_s + self.window_s + self.drain_s + 5.0) + max(
@@ -181,7 +187,7 @@ class Run:
             "configs": {},
             "inprocess": {},
         }
-        if has_complete and o.tune:
+        if has_complete and o.serves_tuned:
             self._tune()
         jobs = self._plan_jobs()
         for index, config in enumerate(self.configs, 1):
