@@ -59,7 +59,7 @@ class Spec:
     @property
     def wide_primary(self) -> bool:
         """Whether the wide session is OpenVINO's primary form compiled as one stream on all the pool's threads
-        (``TTS_WIDE_FORM=primary``, or the tuned choice's `app.runtime.tuning.wide_choice`)."""
+        (``TTS_WIDE_FORM=primary``; `app.runtime.tuning.AUTO_WIDE_FORMS` says why ``auto`` never picks it)."""
         settings = self.settings
         return (settings.wide_form == "primary" and settings.backend == "openvino" and settings.wide_chunk_tokens > 0
                 and self.shape.streams > 1)

@@ -213,7 +213,7 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
                                 threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
     log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
     wide = ""
-    if (tuned.wide_chunk_tokens and tuned.wide_form == "auto"
+    if (tuned.wide_chunk_tokens and tuned.wide_form == "auto" and choice.streams > 1
             and (tuned.streams, tuned.threads_per_stream) == (choice.streams, choice.threads_per_stream)):
         form, wide = wide_choice(choice, found.manifest.table)
         tuned = dataclasses.replace(tuned, wide_form=form or "auto", wide_chunk_tokens=tuned.wide_chunk_tokens
