@@ -177,10 +177,7 @@ class LocalRuntime:
         # serving requests that are waiting right now, the primary only needs to be ready later.
         # Those threads keep it once the primary serves (an unprivileged process cannot raise it
         # back); measured harmless: bench/results/inference-priority-20261202.
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (OSError, AttributeError):
-            pass
+        _lowest_priority()
         try:
             resolved = self._warm(self.primary, self.primary.load())
         except Exception as exc:  # the bridge keeps serving; the next release/restore retries
@@ -205,10 +202,7 @@ class LocalRuntime:
         self.settle()
 
     def _load_wide_behind(self) -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (OSError, AttributeError):
-            pass
+        _lowest_priority()
         self._load_wide()
 
     def _load_wide(self) -> None:
@@ -332,3 +326,11 @@ class LocalRuntime:
             if other is not None:
                 found.extend(p for p in other.files() if p not in found)
         return found
+
+
+def _lowest_priority() -> None:
+    """Nice 19 for the calling thread (and the runtime threads it spawns), where the system allows it."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (OSError, AttributeError):
+        pass

@@ -9,6 +9,7 @@ CPU plugin, work a restore served by the bridge does in the background.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,16 +79,18 @@ def build_runtime(spec: Spec) -> LocalRuntime:
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
                               spec.baked_graphs) if spec.has_bridge else None)
-    wide = (Deferred(spec.settings.backend, lambda: _primary(spec, PoolShape(1, spec.shape.threads)))
+    # Chosen once, at the primary's first build (it verifies a baked cache's files): the wide form shares it.
+    cache = functools.cache(lambda: _compile_cache(spec.settings, spec.model_path, spec.writable))
+    wide = (Deferred(spec.settings.backend, lambda: _primary(spec, cache(), PoolShape(1, spec.shape.threads)))
             if spec.wide_primary else None)
-    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up,
+    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec, cache())), bridge, spec.warm_up,
                         keep_bridge=spec.wide and not spec.wide_primary, wide=wide)
 
 
-def _primary(spec: Spec, shape: PoolShape | None = None) -> Backend:
-    """The primary backend, in the pool's shape or (the wide session's form) in ``shape``."""
+def _primary(spec: Spec, cache: Path | None, shape: PoolShape | None = None) -> Backend:
+    """The primary backend with OpenVINO's ``cache`` directory, in the pool's shape or (the wide session's form) in
+    ``shape``."""
     settings = spec.settings
-    cache = _compile_cache(settings, spec.model_path, spec.writable)
     fallback = spec.writable / "openvino" / cache.name if cache else None
     return backends.create(settings.backend, spec.model_path, shape or spec.shape,
                            runtime_defaults=settings.runtime_defaults,
