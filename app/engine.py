@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +74,12 @@ class Engine:
                  vocab: Vocab, *, default_lang: str, first_chunk_tokens: int, max_chunk_tokens: int,
                  release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
                  timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
-                 idle_first_chunk_tokens: int = 0, quick_frontend: bool = False) -> None:
+                 idle_first_chunk_tokens: int = 0, quick_frontend: bool = False,
+                 standby: Callable[[], None] | None = None) -> None:
         self.runtime = runtime
+        self.standby = standby
+        """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.standby`: the bridge held open in a
+        fresh inference process, ``TTS_RELEASED_BRIDGE``); None: nothing is kept."""
         self.quick_frontend = quick_frontend
         """Turn ready on espeak-ng alone and load misaki behind it (`app.text.frontend.Frontend.load_quick`):
         requests that need no word timings are phonemized by espeak-ng until misaki is loaded."""
@@ -272,6 +276,8 @@ class Engine:
             self.runtime.unload()
             if self.release_frontend:
                 self.frontend.unload()
+            if self.standby is not None:
+                self.standby()
 
     def close(self) -> None:
         """At shutdown: end the inference process (and wait for it) rather than leave it to notice."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app import served
@@ -40,11 +41,17 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     found = served.resolve(settings, budget)
     settings, spec, shape = found.settings, found.spec, found.spec.shape
     runtime: Runtime
+    standby: Callable[[], None] | None = None
     if settings.inference_process:
         runtime = process = ProcessRuntime(spec)
         process.prestart()
+        if settings.released_bridge and spec.has_bridge:
+            standby = process.standby
     else:
         runtime = build_runtime(spec)
+    if settings.released_bridge and standby is None:
+        log.warning("TTS_RELEASED_BRIDGE is ignored: it needs the inference process (TTS_INFERENCE_PROCESS) and "
+                    "a bridge (TTS_RESTORE_BRIDGE, a primary other than the bridge's own form)")
     writable, baked = spec.writable, settings.baked_cache_dir
     queue = settings.queue_size or 2 * shape.streams
     frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)
@@ -57,7 +64,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                     choice=found.choice, timestamps=found.timestamps, start_bridge=settings.start_bridge,
                     wide_chunk_tokens=settings.wide_chunk_tokens,
                     idle_first_chunk_tokens=settings.idle_first_chunk_tokens,
-                    quick_frontend=settings.quick_frontend)
+                    quick_frontend=settings.quick_frontend, standby=standby)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape

@@ -175,6 +175,12 @@ class Settings:
     """Run the model in a child process that a release ends: everything the runtimes held goes back
     to the system (in process about 170 MB stays), and a crash inside a runtime fails only the
     requests in flight; the next request starts a fresh one. 0 runs the model in the server's process."""
+    released_bridge: bool = False
+    """After a release, start a fresh inference process at once that opens only the ONNX Runtime bridge and holds
+    it while released: the next request is served by that session without waiting for a process, its imports and
+    the session's opening (a restore's 0.45-0.75 s here), and the primary loads behind that request as after any
+    restore. It costs the released state that process and its session (README, "Cold start"). Needs
+    `TTS_INFERENCE_PROCESS` and `TTS_RESTORE_BRIDGE`; ignored (and logged) without them."""
     malloc_arenas: int = 2
     """glibc malloc arenas (``M_ARENA_MAX``); fewer arenas return more memory on release; 0 keeps glibc's default."""
     malloc_mmap_threshold_kb: int = 256

@@ -89,10 +89,12 @@ class InferenceLoop:
         if self._preload is not None:
             (asked, answer), self._preload = self._preload, None
             outcome = answer.result()
+            if asked.hold:
+                self.runtime.claim()  # the hold ends: the primary loads once the bridge has served (or soon after)
             if (asked.mode, asked.wait_for_request) == (mode, wait_for_request):
-                log.info("the %s load was begun at start, before the server asked", mode)
+                log.info("the %s load was begun before the server asked", mode)
             else:  # app.runtime.early decides the first load as Engine.restore does: they disagree
-                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun at start",
+                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun before",
                             mode, wait_for_request, asked.mode, asked.wait_for_request)
             self._send_answer_then_held(outcome)
             return
@@ -103,15 +105,20 @@ class InferenceLoop:
             self._held = []
         answer: Future[messages.Loaded | messages.LoadFailed] = Future()
         self._preload = (asked, answer)
-        threading.Thread(target=lambda: answer.set_result(self._loading(asked.mode, asked.wait_for_request)),
+        threading.Thread(target=lambda: answer.set_result(self._loading(asked.mode, asked.wait_for_request,
+                                                                        hold=asked.hold)),
                          name="preload", daemon=True).start()
 
-    def _loading(self, mode: str, wait_for_request: bool) -> messages.Loaded | messages.LoadFailed:
+    def _loading(self, mode: str, wait_for_request: bool, *, hold: bool = False
+                 ) -> messages.Loaded | messages.LoadFailed:
         try:
-            resolved = self.runtime.load_bridged(wait_for_request) if mode == "bridged" else self.runtime.load_primary()
+            resolved = (self.runtime.load_bridged(wait_for_request, hold=hold) if mode == "bridged"
+                        else self.runtime.load_primary())
         except Exception as exc:
             log.exception("loading the %s backend failed", mode)
             return messages.LoadFailed(f"{type(exc).__name__}: {exc}")
+        if hold:
+            log.info("the bridge is open (%.2f s) and held for the next restore", resolved.load_s)
         return messages.Loaded(resolved)
 
     def _infer(self, request: messages.Infer) -> None:

@@ -107,6 +107,7 @@ class LocalRuntime:
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._bridge_served = threading.Event()
+        self._claimed = threading.Event()
         self._stop_loading = False
         self.on_primary: Callable[[Resolved], None] | None = None
         """Called (from the loader thread) when the primary takes over from the bridge."""
@@ -151,22 +152,35 @@ class LocalRuntime:
         self.settle()
         return self.resolved
 
-    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
+    def load_bridged(self, wait_for_request: bool = True, *, hold: bool = False) -> Resolved:
         """Open the bridge and serve with it now; load the primary in the background, once the bridge has
-        served its first inference when ``wait_for_request`` (a restore: a request is waiting), else at once."""
+        served its first inference when ``wait_for_request`` (a restore: a request is waiting), else at once.
+
+        With ``hold`` (a standby while released: `app.runtime.proxy.ProcessRuntime.standby`) the primary waits for
+        `claim` first, however long that takes, and the bridge's files leave the page cache once it is open."""
         assert self.bridge is not None
         opened = self._warm(self.bridge, self.bridge.load())
         with self._lock:
             self._active = self.bridge
         self._bridge_served = threading.Event()
+        self._claimed = threading.Event()
         if not wait_for_request:
             self._bridge_served.set()
+        if not hold:
+            self._claimed.set()
+        else:
+            pagecache.evict(self.bridge.files())  # read into the session's memory: cached, they would be billed twice
         self._stop_loading = False
         self._loader = threading.Thread(target=self._load_primary_behind, name="primary-load", daemon=True)
         self._loader.start()
         return opened
 
+    def claim(self) -> None:
+        """End a ``hold`` (`load_bridged`): the server asked for the bridge; the primary loads once it has served."""
+        self._claimed.set()
+
     def _load_primary_behind(self) -> None:
+        self._claimed.wait()
         # Start once the bridge has served its first inference: the request that caused the restore
         # is waiting for it, and on few CPUs the load would slow it down (measured: first audio
         # after a release 2.2 s loading at once, 2.0 s loading after).
@@ -308,6 +322,7 @@ class LocalRuntime:
         """Drop everything; waits for a background load first."""
         if self._loader is not None:
             self._stop_loading = True
+            self._claimed.set()
             self._bridge_served.set()
             self._loader.join()
             self._loader = None

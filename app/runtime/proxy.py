@@ -186,13 +186,28 @@ class ProcessRuntime:
         if self._child is None:
             self._start()
 
-    def _start(self) -> None:
+    def standby(self) -> None:
+        """After a release (`app.settings.Settings.released_bridge`): start a fresh inference process that opens the
+        bridge now and holds it, its primary's load held until a restore asks (`messages.Preload` with ``hold``);
+        the restore's `load_bridged` is answered with that bridge at once. A process that fails or dies meanwhile
+        costs nothing more: the restore starts another, as without a standby."""
+        if self._child is not None or not self.spec.has_bridge:
+            return
+        self._start(" to hold the bridge while released")
+        child = self._child
+        assert child is not None
+        try:
+            child.send(messages.Preload("bridged", wait_for_request=True, hold=True))
+        except OSError:
+            self._reap()
+
+    def _start(self, why: str = "") -> None:
         self.primary_error = None  # a fresh process tries the primary afresh
         self._child = _ChildProcess(self.child_module, self.spec)
         self._reader = threading.Thread(target=self._read, args=(self._child,), name="inference-reader", daemon=True)
         self._reader.start()
         log.info("inference process %d started%s", self._child.process.pid,
-                 " before the server's imports" if self._child.early else "")
+                 " before the server's imports" if self._child.early else why)
 
     def files(self) -> list[Path]:
         """What the inference process read: what it lists, and what it may have been reading

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from lifecycle.pagecache import evict, resident_bytes
-from tests.conftest import LiveServer, live_server
+from tests.conftest import LiveServer, live_server, until_primary
 
 TEXT = "Released and restored, the voice must sound the same."
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -209,3 +209,52 @@ def test_the_primary_form_as_the_wide_session_serves_a_lone_request_and_returns_
         granted = info()["pool"]["granted"]["wide"]
         assert abs(len(speak(server)) - len(wide_audio)) < 0.05 * len(wide_audio)
         assert info()["pool"]["granted"]["wide"] > granted
+
+
+def test_a_released_bridge_is_held_open_and_serves_the_next_request_without_a_new_process(
+        cache_dir: Path, tmp_path: Path) -> None:
+    """``TTS_RELEASED_BRIDGE=1``: a release frees the primary and its process, then starts one process that opens the
+    bridge and holds it; the next request is served by that bridge (no process started for it), the primary takes
+    over behind it, and a standby that died while released is replaced by the restore as without one."""
+    import psutil
+
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret", wide_chunk_tokens="0",
+                     released_bridge="1") as server:
+        def started() -> int:
+            return server.log().count("inference process")
+
+        def children() -> list[psutil.Process]:
+            return psutil.Process(server.process.pid).children()
+
+        def served(name: str) -> int:
+            found: int = httpx.get(f"{server.url}/v1/info").json()["inferences_by_backend"].get(name, 0)
+            return found
+
+        warm_audio = speak(server)
+        [warm_child] = children()
+        begun = server.log().count("bridged load was begun")
+        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN).json()["released"] is True
+        assert "to hold the bridge while released" in server.log()
+        [standby] = children()
+        assert standby.pid != warm_child.pid and not warm_child.is_running()
+        deadline = time.monotonic() + 60
+        while "held for the next restore" not in server.log():
+            assert time.monotonic() < deadline, server.log()[-3000:]
+            time.sleep(0.1)
+        assert server.log().count("bridged load was begun") == begun  # not asked for yet: still released
+        assert lifecycle(server)["state"] == "released"
+        before, processes = served("onnxruntime"), started()
+        bridged = speak(server)
+        assert started() == processes  # no process was started for the restore
+        assert children() == [standby] and served("onnxruntime") > before
+        assert abs(len(bridged) - len(warm_audio)) < 0.1 * len(warm_audio)
+        until_primary(lambda: httpx.get(f"{server.url}/v1/info").json())
+        assert speak(server) == warm_audio  # the primary took over in the standby's process
+        assert children() == [standby]
+
+        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN).json()["released"] is True
+        [second] = children()
+        second.kill()  # the standby dies while released: the restore starts a fresh process as without one
+        second.wait(10)
+        assert abs(len(speak(server)) - len(warm_audio)) < 0.1 * len(warm_audio)
+        assert wait_for(server, "warm")["state"] == "warm"

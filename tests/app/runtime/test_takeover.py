@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import numpy.typing as npt
@@ -122,6 +123,32 @@ def test_at_a_restore_the_primary_waits_for_the_bridge_to_serve_first() -> None:
     runtime.infer(0, tokens(5), STYLE, 1.0)
     wait_until(lambda: runtime.active_name == "openvino")
     runtime.unload()
+
+
+def test_a_held_bridge_loads_the_primary_only_once_claimed_and_then_served() -> None:
+    """A standby while released (``TTS_RELEASED_BRIDGE``): the bridge opens at once, the primary neither with time
+    (no `PRIMARY_WAIT_S` fallback) nor on a warm-up; once claimed it waits for the bridge's first inference."""
+    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    with mock.patch("app.runtime.local.PRIMARY_WAIT_S", 0.05):
+        runtime.load_bridged(wait_for_request=True, hold=True)
+        time.sleep(0.3)
+        assert bridge.loaded and not primary.loaded and runtime.active_name == "onnxruntime"
+        runtime.claim()
+        time.sleep(0.02)
+        assert not primary.loaded  # claimed, not yet served: the request's inference comes first
+        assert runtime.infer_named(0, tokens(5), STYLE, 1.0)[1] == "onnxruntime"
+        wait_until(lambda: runtime.active_name == "openvino")
+    runtime.unload()
+    assert not primary.loaded and not bridge.loaded
+
+
+def test_a_held_bridge_released_again_loads_nothing_more() -> None:
+    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    runtime.load_bridged(wait_for_request=True, hold=True)
+    runtime.unload()  # joins the held loader at once
+    assert not primary.loaded and not bridge.loaded
 
 
 def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
@@ -279,3 +306,21 @@ def test_the_runtimes_files_leave_the_page_cache_after_a_load_and_after_inferenc
     monkeypatch.setattr(local, "SETTLE_S", 0.0)
     runtime.infer(0, tokens(5), STYLE, 1.0)
     assert resident_bytes(model) < (1 << 20)
+
+
+@pytest.mark.parametrize(("process", "bridge", "kept"), [(True, True, True), (False, True, False),
+                                                         (True, False, False)])
+def test_a_released_bridge_needs_the_inference_process_and_a_bridge(
+        cache_dir: Path, caplog: pytest.LogCaptureFixture, process: bool, bridge: bool, kept: bool) -> None:
+    from app.services import build_engine
+    from app.sizing import read_budget
+
+    settings = Settings(cache_dir=cache_dir, inference_process=process, restore_bridge=bridge, backend="openvino",
+                        released_bridge=True)
+    with caplog.at_level(logging.WARNING, logger="app.services"):
+        engine, _ = build_engine(settings, read_budget())
+    try:
+        assert (engine.standby is not None) is kept
+        assert ("TTS_RELEASED_BRIDGE is ignored" in caplog.text) is not kept
+    finally:
+        engine.close()
