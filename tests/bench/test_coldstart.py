@@ -46,3 +46,6 @@ def test_the_report_gives_ratios_to_the_script_and_the_script_in_the_container()
     report = coldstart.render(results)
     assert "The same script in the container (`img:tag`" in report and "**2.50 s**" in report
     assert "| `box` | `container=img:tag` |" in report
+    assert "release cycles per server run." in report  # no wait after a release asked for: none reported
+    results["run"]["released_wait_s"] = 3.0  # type: ignore[index]
+    assert "each request sent 3 s after the release's answer" in coldstart.render(results)
