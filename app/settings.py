@@ -179,7 +179,7 @@ class Settings:
     """After a release, start a fresh inference process at once that opens only the ONNX Runtime bridge and holds
     it while released: the next request is served by that session without waiting for a process, its imports and
     the session's opening (a restore's 0.45-0.75 s here), and the primary loads behind that request as after any
-    restore. It costs the released state that process and its session (README, "Cold start"). Needs
+    restore. It costs the released state that process and its session: about 180 MB here (README, "Lifecycle"). Needs
     `TTS_INFERENCE_PROCESS` and `TTS_RESTORE_BRIDGE`; ignored (and logged) without them."""
     malloc_arenas: int = 2
     """glibc malloc arenas (``M_ARENA_MAX``); fewer arenas return more memory on release; 0 keeps glibc's default."""
