@@ -13,7 +13,9 @@ and tools map the runtimes), so their pages stay charged elsewhere. In a fresh c
 server's, so the billable figure adds them back: the file pages the server has resident (``RssFile`` in
 ``/proc/<pid>/status``) less the mapped file pages its own group was charged for (``mapped_file``). The raw
 cgroup usage is kept next to it (``cgroup``). The server's process tree counts (it runs the model in a child
-process): a library page mapped by both is counted twice, so the correction errs high while both run.
+process): a library page mapped by both, or a file mapped twice by one (the compile-cache blob under
+``TTS_WIDE_FORM=primary``), is counted once (`lifecycle.proctree.resident_file_bytes`); before that correction
+the figure erred high, by 12-20 MB with the defaults and by 180-190 MB with the wide form (2026-12-03).
 
 Where no cgroup can be made (not root, read-only mount, cgroup v2 without the memory controller delegated),
 `RssMeter` reads the process's RSS instead and every figure says so: RSS leaves out page cache.
@@ -34,6 +36,8 @@ from lifecycle import cgroup, proctree
 
 log = logging.getLogger(__name__)
 MB = 1024.0 * 1024.0
+RECOUNT_S = 10.0
+"""Seconds between two counts of the file pages the tree maps more than once (`MemoryCgroup._counted_twice`)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -93,6 +97,8 @@ class MemoryCgroup:
         self.version = version
         self.pid: int | None = None
         self._uncharged = 0
+        self._twice = 0
+        self._recounted = float("-inf")
         self.source = (f"cgroup v1 {path}/memory.usage_in_bytes (page cache included) + the server's resident "
                        "file pages charged to other groups" if version == 1
                        else f"cgroup v2 {path}/memory.current (page cache included) + the server's resident file "
@@ -134,9 +140,23 @@ class MemoryCgroup:
             usage = int((self.path / "memory.current").read_text())
             anon, cache, mapped = stat.get("anon"), stat.get("file"), stat.get("file_mapped")
         rss_file = proctree.status_bytes(self.pid, "RssFile") if self.pid else None
+        if rss_file is not None:
+            rss_file -= self._counted_twice(rss_file)
         uncharged = max(0, rss_file - (mapped or 0)) if rss_file is not None else 0
         self._uncharged = uncharged
         return Reading(time.monotonic(), usage + uncharged, anon, cache, mapped, rss, usage, uncharged)
+
+    def _counted_twice(self, rss_file: int) -> int:
+        """How much of the tree's summed ``RssFile`` maps pages another mapping of the tree already counts
+        (`lifecycle.proctree.resident_file_bytes`), refreshed every `RECOUNT_S` (reading every mapping takes tens
+        of milliseconds of the harness's CPU, and the figure moves only when something is loaded or freed)."""
+        now = time.monotonic()
+        if self.pid and now - self._recounted >= RECOUNT_S:
+            distinct = proctree.resident_file_bytes(self.pid)
+            if distinct is not None:
+                self._twice = max(0, rss_file - distinct)
+                self._recounted = now
+        return self._twice
 
     def peak(self) -> int:
         """The group's high-water mark plus the latest shared-library correction (it hardly moves)."""

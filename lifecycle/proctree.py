@@ -46,6 +46,40 @@ def status_bytes(pid: int, field: str) -> int | None:
     return total
 
 
+def resident_file_bytes(pid: int) -> int | None:
+    """Resident pages of the files the tree maps, bytes, each mapping of the same file range counted once (the
+    largest resident count among them); None when ``pid`` is gone.
+
+    ``RssFile`` summed over the tree counts a page once per mapping: a library both processes map, or a file one
+    process maps twice (OpenVINO's compile-cache blob, imported by two compiled models of one form), would count
+    twice, while the page cache holds it once. Mappings of one file at different offsets still add up."""
+    largest: dict[tuple[str, str, int, int], int] = {}
+    found = False
+    for member in members(pid):
+        try:
+            text = Path(f"/proc/{member.pid}/smaps").read_text()
+        except OSError:
+            continue  # ended since the listing
+        found = True
+        key: tuple[str, str, int, int] | None = None
+        resident = 0
+        for line in text.splitlines():
+            head = line.split(maxsplit=6)
+            if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                # A mapping's header: range, perms, offset, device, inode, path.
+                key = None
+                if len(head) >= 6 and head[5].startswith("/") and head[4] != "0":
+                    low, high = (int(x, 16) for x in head[0].split("-"))
+                    key = (head[3], head[4], int(head[2], 16), high - low)
+            elif key is not None and line.startswith("Rss:"):
+                resident = int(head[1]) * 1024
+            elif key is not None and line.startswith("Anonymous:"):
+                # A private mapping's copied-on-write pages are anonymous memory, not the file's.
+                largest[key] = max(largest.get(key, 0), resident - int(head[1]) * 1024)
+                key = None
+    return sum(largest.values()) if found else None
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of the tree: user + system time of every member's threads, plus the time of the
     children each member has waited for (an inference process ended by a release)."""
