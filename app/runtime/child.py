@@ -91,11 +91,12 @@ class InferenceLoop:
             outcome = answer.result()
             if asked.hold:
                 self.runtime.claim()  # the hold ends: the primary loads once the bridge has served (or soon after)
+            when = "while released" if asked.hold else "at start"
             if (asked.mode, asked.wait_for_request) == (mode, wait_for_request):
-                log.info("the %s load was begun before the server asked", mode)
+                log.info("the %s load was begun %s, before the server asked", mode, when)
             else:  # app.runtime.early decides the first load as Engine.restore does: they disagree
-                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun before",
-                            mode, wait_for_request, asked.mode, asked.wait_for_request)
+                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun %s",
+                            mode, wait_for_request, asked.mode, asked.wait_for_request, when)
             self._send_answer_then_held(outcome)
             return
         self.send(self._loading(mode, wait_for_request))
@@ -112,8 +113,12 @@ class InferenceLoop:
     def _loading(self, mode: str, wait_for_request: bool, *, hold: bool = False
                  ) -> messages.Loaded | messages.LoadFailed:
         try:
-            resolved = (self.runtime.load_bridged(wait_for_request, hold=hold) if mode == "bridged"
-                        else self.runtime.load_primary())
+            if mode != "bridged":
+                resolved = self.runtime.load_primary()
+            elif hold:
+                resolved = self.runtime.load_bridged(wait_for_request, hold=True)
+            else:
+                resolved = self.runtime.load_bridged(wait_for_request)
         except Exception as exc:
             log.exception("loading the %s backend failed", mode)
             return messages.LoadFailed(f"{type(exc).__name__}: {exc}")
