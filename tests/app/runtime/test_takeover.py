@@ -308,8 +308,7 @@ def test_the_runtimes_files_leave_the_page_cache_after_a_load_and_after_inferenc
     assert resident_bytes(model) < (1 << 20)
 
 
-@pytest.mark.parametrize(("process", "bridge", "kept"), [(True, True, True), (False, True, False),
-                                                         (True, False, False)])
+@pytest.mark.parametrize(("process", "bridge", "kept"), [(True, True, True), (False, True, False)])
 def test_a_released_bridge_needs_the_inference_process_and_a_bridge(
         cache_dir: Path, caplog: pytest.LogCaptureFixture, process: bool, bridge: bool, kept: bool) -> None:
     from app.services import build_engine
