@@ -78,7 +78,7 @@ class Playback:
         """When the next chunk (of ``tokens`` tokens) must start for the player not to run dry."""
         now = time.monotonic()
         if self.started is None:
-            return now
+            return now - self.pool.first_credit_s
         played_out = self.started + self.sent_s
         return played_out - self.pool.margin_s - tokens * self.pool.seconds_per_token
 
@@ -122,7 +122,7 @@ class _Waiter:
 
 class StreamPool:
     def __init__(self, slots: int, queue_size: int, *, scheduler: str = "deadline", margin_s: float = 1.0,
-                 realtime_factor: float = 0.0, slack_headroom: float = 0.0) -> None:
+                 realtime_factor: float = 0.0, slack_headroom: float = 0.0, first_credit_s: float = 0.0) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
         if scheduler not in SCHEDULERS:
@@ -131,6 +131,8 @@ class StreamPool:
         self.queue_size = queue_size
         self.scheduler = scheduler
         self.margin_s = margin_s
+        self.first_credit_s = first_credit_s
+        """A first chunk counts as due this long before it arrives (`app.settings.Settings.first_chunk_credit_s`)."""
         self.realtime_factor = realtime_factor
         self.slack_headroom = slack_headroom
         """`keeps_up`'s factor; 0 counts the pool as keeping up whatever its load."""

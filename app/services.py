@@ -56,6 +56,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     queue = settings.queue_size or 2 * shape.streams
     frontend = Frontend(writable / "frontend", baked / "frontend" if baked is not None else None)
     pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
+                      first_credit_s=settings.first_chunk_credit_s,
                       realtime_factor=settings.realtime_factor, slack_headroom=settings.slack_headroom)
     engine = Engine(runtime, pool, frontend, found.voices, found.vocab,
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,

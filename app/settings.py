@@ -86,6 +86,11 @@ class Settings:
     deadline_margin_s: float = 1.0
     """Safety margin of the deadline scheduler: a later chunk is due this long before the audio already
     sent for its request would have played out at 1x (its expected inference time is taken off as well)."""
+    first_chunk_credit_s: float = 0.0
+    """Deadline scheduler: a request's first chunk counts as due this many seconds before it arrived, so it also
+    overtakes later chunks overdue by less than that (listeners with under margin + chunk time + credit of audio
+    left), at the risk of their stalling; a chunk overdue by more still goes first (none is starved). 0: a first
+    chunk is due when it arrives."""
     realtime_factor: float = 0.0
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
@@ -240,6 +245,7 @@ class Settings:
             ("queue_size", self.queue_size >= 0, "0 (auto) or more"),
             ("scheduler", self.scheduler in SCHEDULERS, f"one of {', '.join(SCHEDULERS)}"),
             ("deadline_margin_s", 0 <= self.deadline_margin_s <= 60, "between 0 and 60"),
+            ("first_chunk_credit_s", 0 <= self.first_chunk_credit_s <= 60, "between 0 and 60"),
             ("realtime_factor", 0 <= self.realtime_factor <= 100, "0 (off) or a positive factor up to 100"),
             ("slack_headroom", 0 <= self.slack_headroom <= 100, "0 (off) or a positive factor up to 100"),
             ("shape_cache", self.shape_cache >= -1, "-1 (OpenVINO's default), 0 (off) or more"),

@@ -292,3 +292,28 @@ def test_wide_inferences_do_not_price_the_streams() -> None:
         assert pool.measured_seconds_per_token is None and pool.realtime_capacity is None
 
     _run(main)
+
+
+@pytest.mark.parametrize(("credit_s", "order"), [(0.0, ["busy", "overdue", "first"]),
+                                                 (1.0, ["busy", "first", "overdue"]),
+                                                 (0.2, ["busy", "overdue", "first"])])
+def test_a_first_chunk_credit_overtakes_chunks_overdue_by_less(credit_s: float, order: list[str]) -> None:
+    """``TTS_FIRST_CHUNK_CREDIT_S``: a first chunk counts as due ``credit_s`` before it arrived; a later chunk overdue
+    by 0.5 s yields to it with a 1 s credit, not with 0.2 s or none."""
+    async def main() -> None:
+        pool = StreamPool(1, 8, margin_s=1.0, first_credit_s=credit_s)
+        gate = Gate()
+        busy = asyncio.create_task(pool.run(gate.job("busy", hold=True)))
+        await _until(lambda: pool.busy == 1)
+        # Due 0.5 s ago: 2.5 s of audio sent 2 s ago leaves its listener 0.5 s, under the 1 s margin.
+        overdue = _playing(pool, started_ago=2.0, sent_s=2.5)
+        late = asyncio.create_task(pool.run(gate.job("overdue"), clock=overdue))
+        await _until(lambda: pool.waiting == 1)
+        with pool.playback() as fresh:
+            first = asyncio.create_task(pool.run(gate.job("first"), clock=fresh))
+            await _until(lambda: pool.waiting == 2)
+            gate.open("busy")
+            await asyncio.gather(busy, late, first)
+        assert gate.ran == order
+
+    _run(main)
