@@ -75,7 +75,7 @@ class Engine:
                  release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
                  timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
                  idle_first_chunk_tokens: int = 0, quick_frontend: bool = False,
-                 standby: Callable[[], None] | None = None) -> None:
+                 standby: Callable[[], None] | None = None, busy_max_chunk_tokens: int = 0) -> None:
         self.runtime = runtime
         self.standby = standby
         """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.standby`: the bridge held open in a
@@ -99,6 +99,9 @@ class Engine:
         self.max_chunk_tokens = max_chunk_tokens
         self.slack_chunks = slack_chunks
         """Size later chunks from the playback clock (`app.pool.Playback.chunk_bound`), else double each bound."""
+        self.busy_max_chunk_tokens = busy_max_chunk_tokens
+        """With ``slack_chunks``: the bound on later chunks while the pool does not keep up
+        (`app.pool.StreamPool.keeps_up`), where smaller than ``max_chunk_tokens``; 0: none."""
         self.wide_chunk_tokens = wide_chunk_tokens if runtime.has_wide else 0
         """Chunks of at most this many tokens run on the runtime's wide session when the pool is idle (0: never,
         also where the runtime has none)."""
@@ -181,10 +184,19 @@ class Engine:
                     clock.sent(_audio_s(audio))
                 if not rest:
                     return
-                doubled = min(self.max_chunk_tokens, bound * 2)
-                bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=self.max_chunk_tokens)
+                ceiling = self._later_ceiling()
+                doubled = min(ceiling, bound * 2)
+                bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=ceiling)
                          if self.slack_chunks else doubled)
                 phonemes, rest = chunker.take(rest, bound)
+
+    def _later_ceiling(self) -> int:
+        """The bound on the next later chunk: ``busy_max_chunk_tokens`` (with ``slack_chunks``) while the pool does
+        not keep up with its listeners, else ``max_chunk_tokens``."""
+        busy = self.busy_max_chunk_tokens
+        if self.slack_chunks and 0 < busy < self.max_chunk_tokens and not self.pool.keeps_up():
+            return busy
+        return self.max_chunk_tokens
 
     def _first_bound(self) -> int:
         """The first chunk's bound: ``idle_first_chunk_tokens`` where set and the pool is idle, else

@@ -86,11 +86,13 @@ class Settings:
     deadline_margin_s: float = 1.0
     """Safety margin of the deadline scheduler: a later chunk is due this long before the audio already
     sent for its request would have played out at 1x (its expected inference time is taken off as well)."""
-    first_chunk_credit_s: float = 0.0
+    first_chunk_credit_s: float = 3.0
     """Deadline scheduler: a request's first chunk counts as due this many seconds before it arrived, so it also
-    overtakes later chunks overdue by less than that (listeners with under margin + chunk time + credit of audio
-    left), at the risk of their stalling; a chunk overdue by more still goes first (none is starved). 0: a first
-    chunk is due when it arrives."""
+    overtakes later chunks overdue by less than that, at the risk of their stalling; a chunk overdue by more still
+    goes first (none is starved). With ``TTS_BUSY_MAX_CHUNK_TOKENS`` (60) on the 2-vCPU Xeon: 4 clients' first audio
+    1.1-1.2 / 1.6-1.7 s p50 / p90 against 2.0-2.3 / 2.6-3.1 s, fewer stalls, the same audio per CPU-second; at 8
+    clients (twice what the pool can play) first audio 2.8-3.3 against 4.5-4.6 s p50 and a quarter to a third more
+    stalls (README, Latency). 0: a first chunk is due when it arrives."""
     realtime_factor: float = 0.0
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
@@ -117,6 +119,12 @@ class Settings:
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
     can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
+    busy_max_chunk_tokens: int = 60
+    """With ``TTS_SLACK_CHUNKS``: upper bound on later model chunks while the pool does not keep up with its
+    listeners (``TTS_SLACK_HEADROOM``), where it is smaller than ``TTS_MAX_CHUNK_TOKENS``: a running chunk then holds
+    its stream for less time, so a new request's first chunk waits less behind it; a request that finds capacity
+    to spare keeps the long chunks (measured with ``TTS_FIRST_CHUNK_CREDIT_S``, README, Latency). 0:
+    ``TTS_MAX_CHUNK_TOKENS`` at any load."""
     wide_chunk_tokens: int = 120
     """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
     session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about
@@ -255,6 +263,8 @@ class Settings:
             ("idle_first_chunk_tokens", self.idle_first_chunk_tokens == 0 or 10 <= self.idle_first_chunk_tokens <= 510,
              "0 or between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
+            ("busy_max_chunk_tokens", self.busy_max_chunk_tokens == 0 or 10 <= self.busy_max_chunk_tokens <= 510,
+             "0 or between 10 and 510"),
             ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,
              "0 (off) or between 10 and 510"),
             ("wide_form", self.wide_form in WIDE_FORMS, f"one of {', '.join(WIDE_FORMS)}"),

@@ -247,3 +247,21 @@ def test_a_request_that_finds_the_pool_idle_gets_the_smaller_first_chunk() -> No
     busy = asyncio.run(beside_a_running_inference())
     assert 15 < busy[0] <= FLOOR and busy != alone
     assert sum(busy) == sum(alone) or abs(sum(busy) - sum(alone)) <= len(busy) + len(alone)  # the same text
+
+
+def test_a_pool_that_does_not_keep_up_bounds_later_chunks_by_the_busy_bound() -> None:
+    """``TTS_BUSY_MAX_CHUNK_TOKENS``: while the pool does not keep up with its listeners later chunks stay within
+    the busy bound (a running chunk holds its stream for less time); with capacity to spare they grow past it."""
+    busy_bound = 2 * FLOOR
+    sizes: dict[bool, list[int]] = {}
+    for keeps_up in (True, False):
+        engine, runtime = _engine(0.001, slack=True)
+        engine.busy_max_chunk_tokens = busy_bound
+        _speak(engine, "warm up the pool with a few short sentences. " * 3)
+        engine.pool.keeps_up = lambda up=keeps_up: up  # type: ignore[method-assign]
+        runtime.tokens.clear()
+        heard, _ = _speak(engine, TEXT)
+        assert heard == TEXT.split()  # every word, once, in order
+        sizes[keeps_up] = list(runtime.tokens)
+    assert max(sizes[True]) > busy_bound
+    assert max(sizes[False][1:]) <= busy_bound and len(sizes[False]) > len(sizes[True])
