@@ -225,9 +225,9 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
 
 AUTO_WIDE_FORMS = ("bridge",)
 """What ``TTS_WIDE_FORM=auto`` may choose. Not ``primary``: on the 2-vCPU Xeon with AMX of 2026-12-03 it took first
-audio alone from 0.65 to 0.56 s p50 (0.88 to 0.66 s p90) but the warm process tree from 1,260 to 1,925 MB (the
-bridge as the wide session: 1,393 MB), half again the tuned form's memory (bench/results/latency-20261203-xeon-
-widepri); set by hand where a tenth of a second is worth that."""
+audio alone from 0.65 to 0.56 s p50 (0.88 to 0.66 s p90; 0.59 to 0.44 s in a later run) for 440-490 MB more of the
+server's memory cgroup, its warm peak 1,699-1,717 against 1,240 MB, over the engine's 1,536 MiB target
+(bench/results/latency-20261203-xeon-widepri, memory-cgroup.txt; -wide15); set by hand where that is worth it."""
 
 
 def wide_choice(choice: Candidate, table: list[dict[str, Any]],
