@@ -55,7 +55,8 @@ def resolve(settings: Settings, budget: CpuBudget) -> Served:
     vocab = Vocab.embedded()
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
-                source_path=source_path if model_path != source_path else None)
+                source_path=source_path if model_path != source_path and choice.form not in forms.ONNXRUNTIME_ONLY
+                else None)
     return Served(settings, choice, spec, voices, vocab, timestamps)
 
 

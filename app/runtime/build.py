@@ -129,12 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="f32", help="as TTS_PRECISION")
     parser.add_argument("--streams", type=int, default=0, help="as TTS_STREAMS (not part of OpenVINO's key)")
     parser.add_argument("--threads-per-stream", type=int, default=0, help="as TTS_THREADS_PER_STREAM")
+    parser.add_argument("--bridge-graph-only", action="store_true",
+                        help="only save ONNX Runtime's optimized graph of --model (a form the tuner chose for it)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not args.model.is_file():
         log.error("model file %s does not exist", args.model)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.bridge_graph_only:
+        save_bridge_graph(args.model, args.out)
+        os.chmod(args.out, 0o755)
+        return 0
     directory = build(args.model, args.out, precision=args.precision, streams=args.streams,
                       threads_per_stream=args.threads_per_stream, model_sha256=args.sha256)
     os.chmod(args.out, 0o755)

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 FloatArray = npt.NDArray[np.float32]
 
 
-class _Graph:
+class Graph:
     """Look-ups over one ONNX graph while it is rewritten."""
 
     def __init__(self, graph: Any) -> None:
@@ -52,7 +52,7 @@ class _Graph:
             for name in node.input:
                 self.consumers[name].append(node)
         self._to_array = numpy_helper.to_array
-        self.added: dict[str, FloatArray] = {}
+        self.added: dict[str, npt.NDArray[Any]] = {}
 
     def array(self, name: str) -> FloatArray:
         return np.asarray(self._to_array(self.initializers[name]), dtype=np.float32)
@@ -60,7 +60,7 @@ class _Graph:
     def only_consumer(self, name: str, op_type: str) -> Any:
         found = self.consumers[name]
         if len(found) != 1 or found[0].op_type != op_type:
-            raise _NoMatch(f"{name} feeds {[n.op_type for n in found]}, expected one {op_type}")
+            raise NoMatch(f"{name} feeds {[n.op_type for n in found]}, expected one {op_type}")
         return found[0]
 
     def weight_scale(self, mul: Any, cast_output: str, x_scale: str) -> FloatArray:
@@ -68,15 +68,19 @@ class _Graph:
         factor = next(name for name in mul.input if name != cast_output)
         scales = self.producer.get(factor)
         if scales is None or scales.op_type != "Mul" or x_scale not in scales.input:
-            raise _NoMatch(f"{factor} is not x_scale * w_scale")
+            raise NoMatch(f"{factor} is not x_scale * w_scale")
         return self.array(next(name for name in scales.input if name != x_scale))
 
     def constant(self, name: str, value: FloatArray) -> str:
-        self.added.setdefault(name, value.astype(np.float32))
+        return self.tensor(name, value.astype(np.float32))
+
+    def tensor(self, name: str, value: npt.NDArray[Any]) -> str:
+        """An initializer added to the graph, of ``value``'s own type."""
+        self.added.setdefault(name, value)
         return name
 
 
-class _NoMatch(Exception):
+class NoMatch(Exception):
     """A quantized node whose neighbourhood is not the pattern expected: it is left as it is."""
 
 
@@ -85,12 +89,12 @@ def _per_channel(value: FloatArray, ndim: int) -> FloatArray:
     return value.reshape((-1,) + (1,) * (ndim - 1)) if value.ndim == 1 else value
 
 
-def _matmul(g: _Graph, node: Any) -> tuple[Any, list[Any]]:
+def _matmul(g: Graph, node: Any) -> tuple[Any, list[Any]]:
     from onnx import helper
 
     quantize = g.producer.get(node.input[0])
     if quantize is None or quantize.op_type != "DynamicQuantizeLinear":
-        raise _NoMatch("the activation is not dynamically quantized")
+        raise NoMatch("the activation is not dynamically quantized")
     cast = g.only_consumer(node.output[0], "Cast")
     mul = g.only_consumer(cast.output[0], "Mul")
     weight = (g.array(node.input[1]) - g.array(node.input[3])) * g.weight_scale(mul, cast.output[0],
@@ -100,28 +104,31 @@ def _matmul(g: _Graph, node: Any) -> tuple[Any, list[Any]]:
         [node, cast, mul]
 
 
-def _conv(g: _Graph, node: Any) -> tuple[Any, list[Any]]:
+def conv_bias(g: Graph, node: Any) -> tuple[str | None, list[Any], str]:
+    """A ``ConvInteger``'s float bias, when the quantizer added one (``Add`` of ``Floor(b / scale)`` cast and
+    reshaped), the nodes that apply it, and the tensor the ``Cast`` to float then reads."""
+    after = node.output[0]
+    following = g.consumers[after]
+    if len(following) != 1 or following[0].op_type != "Add":
+        return None, [], after
+    add = following[0]
+    chain = [g.producer.get(next(i for i in add.input if i != after))]
+    for _ in range(3):  # Reshape <- Cast <- Floor <- Div(bias, scales)
+        chain.append(g.producer.get(chain[-1].input[0]) if chain[-1] is not None else None)
+    division = chain[-1]
+    if division is None or [n.op_type if n is not None else None for n in chain] != [
+            "Reshape", "Cast", "Floor", "Div"]:
+        raise NoMatch("the bias is not Floor(b / scale) cast and reshaped")
+    return division.input[0], [add], add.output[0]
+
+
+def _conv(g: Graph, node: Any) -> tuple[Any, list[Any]]:
     from onnx import helper
 
     quantize = g.producer.get(node.input[0])
     if quantize is None or quantize.op_type != "DynamicQuantizeLinear":
-        raise _NoMatch("the activation is not dynamically quantized")
-    replaced = [node]
-    after = node.output[0]
-    bias: list[str] = []
-    following = g.consumers[after]
-    if len(following) == 1 and following[0].op_type == "Add":
-        add = following[0]
-        chain = [g.producer.get(next(i for i in add.input if i != after))]
-        for _ in range(3):  # Reshape <- Cast <- Floor <- Div(bias, scales)
-            chain.append(g.producer.get(chain[-1].input[0]) if chain[-1] is not None else None)
-        division = chain[-1]
-        if division is None or [n.op_type if n is not None else None for n in chain] != [
-                "Reshape", "Cast", "Floor", "Div"]:
-            raise _NoMatch("the bias is not Floor(b / scale) cast and reshaped")
-        bias = [division.input[0]]
-        replaced.append(add)
-        after = add.output[0]
+        raise NoMatch("the activation is not dynamically quantized")
+    bias, applied, after = conv_bias(g, node)
     cast = g.only_consumer(after, "Cast")
     mul = g.only_consumer(cast.output[0], "Mul")
     raw = g.array(node.input[1])
@@ -129,12 +136,12 @@ def _conv(g: _Graph, node: Any) -> tuple[Any, list[Any]]:
     scale = _per_channel(g.weight_scale(mul, cast.output[0], quantize.output[1]), raw.ndim)
     name = g.constant(f"{node.input[1]}_f32", (raw - zero) * scale)
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    conv = helper.make_node("Conv", [quantize.input[0], name, *bias], [mul.output[0]], name=f"{node.name}_f32",
-                            **attributes)
-    return conv, [*replaced, cast, mul]
+    conv = helper.make_node("Conv", [quantize.input[0], name, *([bias] if bias else [])], [mul.output[0]],
+                            name=f"{node.name}_f32", **attributes)
+    return conv, [node, *applied, cast, mul]
 
 
-def _lstm(g: _Graph, node: Any) -> tuple[Any, list[Any]]:
+def _lstm(g: Graph, node: Any) -> tuple[Any, list[Any]]:
     from onnx import helper
 
     inputs = list(node.input) + [""] * (12 - len(node.input))
@@ -146,7 +153,7 @@ def _lstm(g: _Graph, node: Any) -> tuple[Any, list[Any]]:
         return g.constant(f"{quantized}_f32", np.ascontiguousarray(np.transpose(value, (0, 2, 1))))
 
     if not all(inputs[i] in g.initializers for i in (1, 2, 8, 9, 10, 11)):
-        raise _NoMatch("the LSTM's weights or their scales are not constants")
+        raise NoMatch("the LSTM's weights or their scales are not constants")
     ordered = [inputs[0], weight(inputs[1], inputs[8], inputs[9]), weight(inputs[2], inputs[10], inputs[11]),
                *inputs[3:8]]
     while ordered[-1] == "":
@@ -162,10 +169,9 @@ def dequantize(source: Path, target: Path) -> dict[str, int]:
     """Write ``source`` with its dynamically quantized operations as float ones to ``target``; returns how
     many of each kind were rewritten (and ``skipped``: quantized nodes that matched no pattern)."""
     import onnx
-    from onnx import numpy_helper
 
     model = onnx.load(str(source))
-    g = _Graph(model.graph)
+    g = Graph(model.graph)
     counts: collections.Counter[str] = collections.Counter()
     gone: set[int] = set()
     added: list[Any] = []
@@ -175,29 +181,37 @@ def dequantize(source: Path, target: Path) -> dict[str, int]:
             continue
         try:
             replacement, replaced = rewrite(g, node)
-        except _NoMatch as exc:
+        except NoMatch as exc:
             log.info("dequantize: %s left quantized: %s", node.name, exc)
             counts["skipped"] += 1
             continue
         added.append(replacement)
         gone.update(id(n) for n in replaced)
         counts[node.op_type] += 1
-    nodes = _live([n for n in model.graph.node if id(n) not in gone] + added, {o.name for o in model.graph.output})
-    initializers = list(model.graph.initializer) + [numpy_helper.from_array(v, k) for k, v in g.added.items()]
-    used = {name for node in nodes for name in node.input}
-    del model.graph.node[:]
-    model.graph.node.extend(_topological(nodes, {i.name for i in model.graph.input} | set(g.initializers) |
-                                         set(g.added)))
-    kept = [t for t in initializers if t.name in used]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
+    rebuild(model, g, added, gone)
     if phase.rewrite(model):  # the harmonic source's running phase in fixed point: bf16 keeps the voice
         counts["SineGen phase"] += 1
     onnx.save(model, str(target))
     return dict(counts)
 
 
-def _live(nodes: list[Any], outputs: set[str]) -> list[Any]:
+def rebuild(model: Any, g: Graph, added: list[Any], gone: set[int]) -> None:
+    """``model``'s graph with the nodes whose ids are in ``gone`` replaced by ``added`` and ``g``'s new
+    initializers: only what the outputs depend on is kept, in an order ONNX accepts."""
+    from onnx import numpy_helper
+
+    nodes = live([n for n in model.graph.node if id(n) not in gone] + added, {o.name for o in model.graph.output})
+    initializers = list(model.graph.initializer) + [numpy_helper.from_array(v, k) for k, v in g.added.items()]
+    used = {name for node in nodes for name in node.input}
+    del model.graph.node[:]
+    model.graph.node.extend(topological(nodes, {i.name for i in model.graph.input} | set(g.initializers) |
+                                        set(g.added)))
+    kept = [t for t in initializers if t.name in used]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+
+
+def live(nodes: list[Any], outputs: set[str]) -> list[Any]:
     """The nodes the graph outputs depend on, in their order."""
     producer = {name: node for node in nodes for name in node.output}
     live: set[int] = set()
@@ -210,7 +224,7 @@ def _live(nodes: list[Any], outputs: set[str]) -> list[Any]:
     return [n for n in nodes if id(n) in live]
 
 
-def _topological(nodes: list[Any], available: set[str]) -> list[Any]:
+def topological(nodes: list[Any], available: set[str]) -> list[Any]:
     """Order ``nodes`` so that each comes after the producers of its inputs (ONNX requires it)."""
     ready = set(available) | {""}
     ordered: list[Any] = []

@@ -23,6 +23,10 @@ pass the output check (`app.runtime.outputcheck`) when the tuner measures them.
   inference process held 845 MB of heap and 247 MB of mapped file instead of 1,139 and 379 MB, at the same
   speed within the noise (bench/results/memory-20261202).
 
+- ``convgemm``: the shipped export with each stride-1 ``ConvInteger`` as im2col and ``MatMulIntegerToFloat`` on
+  int8 weights packed once (`app.runtime.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were 72 % of
+  its time on a 2-vCPU AMD EPYC with AVX2, and ran 1.5 x faster so (bench/results/convgemm-20261203).
+
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
 ``form.json`` recording what it was made from and the sha256 of its files (`digest`), which keys its
 compile cache: the form is a model file of its own, not the shipped one. It is made in a sibling directory
@@ -52,14 +56,20 @@ ONNX = "onnx"
 IR = "ir"
 DEQUANT = "dequant"
 DEQUANT16 = "dequant16"
-FORMS: tuple[str, ...] = (ONNX, IR, DEQUANT, DEQUANT16)
+CONVGEMM = "convgemm"
+FORMS: tuple[str, ...] = (ONNX, IR, DEQUANT, DEQUANT16, CONVGEMM)
 """Every form this version knows."""
 
 OPENVINO_ONLY: frozenset[str] = frozenset({IR, DEQUANT, DEQUANT16})
 """Forms only OpenVINO can run."""
 
+ONNXRUNTIME_ONLY: frozenset[str] = frozenset({CONVGEMM})
+"""Forms only ONNX Runtime runs (com.microsoft operators): the restore bridge runs them too."""
+
 RECORD = "form.json"
 MODEL = "model.xml"
+ONNX_MODEL = "model.onnx"
+"""A derived form's file: OpenVINO's IR, or an ONNX graph for the forms ONNX Runtime runs."""
 
 
 class UnknownForm(ValueError):
@@ -82,10 +92,14 @@ def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
     relative = Path("forms") / digest[:16] / _dirname(form)
     for root in [r for r in read_only if r is not None] + [writable]:
         if _complete(root / relative):
-            return root / relative / MODEL
+            return root / relative / _file(form)
     directory = writable / relative
     _make_isolated(form, model_path, digest, directory)
-    return directory / MODEL
+    return directory / _file(form)
+
+
+def _file(form: str) -> str:
+    return ONNX_MODEL if form in ONNXRUNTIME_ONLY else MODEL
 
 
 def _make_isolated(form: str, source: Path, digest: str, directory: Path) -> None:
@@ -108,7 +122,7 @@ def digest(form_path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     value = record.get("sha256") if isinstance(record, dict) else None
-    return str(value) if value and form_path.name == MODEL else None
+    return str(value) if value and form_path.name in (MODEL, ONNX_MODEL) else None
 
 
 def _complete(directory: Path) -> bool:
@@ -207,7 +221,15 @@ def _make_dequant16(source: Path, directory: Path) -> None:
     ov.save_model(ov.Core().read_model(str(sibling / MODEL)), str(directory / MODEL), compress_to_fp16=True)
 
 
-_MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant, DEQUANT16: _make_dequant16}
+def _make_convgemm(source: Path, directory: Path) -> None:
+    from app.runtime.convgemm import rewrite
+
+    counts = rewrite(source, directory / ONNX_MODEL)
+    log.info("model form %s: rewrote %s", CONVGEMM, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+
+_MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant, DEQUANT16: _make_dequant16,
+                                                    CONVGEMM: _make_convgemm}
 _REVISIONS = {DEQUANT: ".2"}
 """A maker that changes what it makes names its forms anew, so that a form made before is not taken for one of
 today's (``dequant.2``: the harmonic source's phase in fixed point, `app.runtime.phase`)."""

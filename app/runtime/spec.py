@@ -36,8 +36,9 @@ class Spec:
     warm_up: WarmUp | None = None
     """What every slot runs once after each load, before serving; None skips the warm-up."""
     source_path: Path | None = None
-    """The ONNX file ``model_path`` was derived from, when it is a derived form (`app.runtime.forms`): the
-    restore bridge is ONNX Runtime, which runs the ONNX file, not OpenVINO's IR."""
+    """The ONNX file ``model_path`` was derived from, when it is a derived form OpenVINO runs (`app.runtime.forms`):
+    the restore bridge is ONNX Runtime, which runs the ONNX file, not OpenVINO's IR. None for the forms ONNX
+    Runtime runs (``convgemm``): the bridge runs the served form itself."""
 
     @property
     def baked_graphs(self) -> Path | None:

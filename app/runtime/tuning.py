@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.runtime.cpu import cpu_flags, cpu_model_name, isa_family
+from app.runtime.forms import ONNXRUNTIME_ONLY as ONNXRUNTIME_FORMS
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,10 @@ def wide_choice(choice: Candidate, table: list[dict[str, Any]],
                            choice.threads_per_stream), 0.0) / choice.streams
     if choice.streams < 2 or not per_stream:
         return "bridge", "the tuning run did not measure the chosen form's streams" if choice.streams > 1 else ""
-    wide = {"bridge": (rows.get(("onnxruntime", "onnx", "f32", 1, threads), 0.0), f"onnxruntime 1 x {threads}")}
+    # The bridge runs the served form where ONNX Runtime runs it (`app.served`), else the ONNX file as shipped.
+    bridge_form = choice.form if choice.form in ONNXRUNTIME_FORMS else "onnx"
+    wide = {"bridge": (rows.get(("onnxruntime", bridge_form, "f32", 1, threads), 0.0),
+                       f"onnxruntime {'' if bridge_form == 'onnx' else bridge_form + ' '}1 x {threads}")}
     if choice.backend == "openvino":
         wide["primary"] = (rows.get((choice.backend, choice.form, choice.precision, 1, threads), 0.0),
                            f"{choice.backend} {choice.form} {choice.precision} 1 x {threads}")

@@ -1,0 +1,134 @@
+"""The convgemm form: each stride-1 ConvInteger as im2col and MatMulIntegerToFloat on int8 weights.
+
+On graphs written here in the quantizer's own pattern (the same numbers through both graphs in ONNX Runtime), and
+on the embedded model (the form made for real, against ONNX Runtime on the model, by the output check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.runtime import convgemm, forms, modelfile, outputcheck, tuner, tuning
+from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
+from app.sizing import PoolShape
+from app.text.vocab import Vocab
+from app.voices import VoiceBank
+
+
+def _quantized_conv(path: Path, k: int, dilation: int, stride: int = 1, *, bias: bool = True, seed: int = 0,
+                    channels: tuple[int, int] = (6, 5)) -> None:
+    """x -> DynamicQuantizeLinear -> ConvInteger (uint8 weights and their zero point) [-> Add of the int32
+    bias Floor(b / (x_scale * w_scale)) cast and reshaped] -> Cast -> Mul(x_scale * w_scale): what ONNX
+    Runtime's dynamic quantizer writes for a Conv, and the kokoro-onnx int8 export holds 87 of."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    c_in, c_out = channels
+    pad = dilation * (k - 1) // 2
+    # Trained weights, quantized as the quantizer does (per tensor, min and max at 0 and 255): most near the zero
+    # point, the extremes on both ends.
+    trained = rng.normal(0.0, 0.05, (c_out, c_in, k))
+    low, high = min(trained.min(), 0.0), max(trained.max(), 0.0)
+    w_scale = np.array((high - low) / 255, dtype=np.float32)
+    zero = np.array(round(-low / float(w_scale)), dtype=np.uint8)
+    weight = np.clip(np.round(trained / w_scale) + zero, 0, 255).astype(np.uint8)
+    inits = [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(zero, "wz"),
+             numpy_helper.from_array(w_scale, "ws"),
+             numpy_helper.from_array(rng.normal(0, 0.5, (c_out,)).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([1, c_out, 1], np.int64), "shape")]
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("Mul", ["xs", "ws"], ["scale"]),
+             helper.make_node("ConvInteger", ["xq", "w", "xz", "wz"], ["acc"], name="conv", kernel_shape=[k],
+                              pads=[pad, pad], dilations=[dilation], strides=[stride], group=1)]
+    if bias:
+        nodes += [helper.make_node("Div", ["b", "scale"], ["bq"]), helper.make_node("Floor", ["bq"], ["bf"]),
+                  helper.make_node("Cast", ["bf"], ["bi"], to=TensorProto.INT32),
+                  helper.make_node("Reshape", ["bi", "shape"], ["br"]),
+                  helper.make_node("Add", ["acc", "br"], ["acc_b"])]
+    nodes += [helper.make_node("Cast", ["acc_b" if bias else "acc"], ["accf"], to=TensorProto.FLOAT),
+              helper.make_node("Mul", ["accf", "scale"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, "T"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+def _run(path: Path, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize(("k", "dilation", "bias"), [(1, 1, False), (3, 1, True), (7, 3, True), (11, 5, True),
+                                                     (5, 1, False)])
+def test_the_rewrite_computes_the_same_convolution(tmp_path: Path, k: int, dilation: int, bias: bool) -> None:
+    _quantized_conv(tmp_path / "conv.onnx", k, dilation, bias=bias)
+    counts = convgemm.rewrite(tmp_path / "conv.onnx", tmp_path / "gemm.onnx")
+    assert counts == {"ConvInteger": 1}
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "gemm.onnx")).graph.node]
+    assert "ConvInteger" not in ops and "MatMulIntegerToFloat" in ops
+    assert ops.count("Slice") == (k if k > 1 else 0)
+    for length in (1, 9, 240):  # shorter than the kernel's reach too: the padding is the quantized zero
+        x = np.random.default_rng(length).normal(0, 1, (1, 6, length)).astype(np.float32)
+        expected, got = _run(tmp_path / "conv.onnx", x), _run(tmp_path / "gemm.onnx", x)
+        assert got.shape == expected.shape == (1, 5, length)
+        # The same integer products; the bias is added unrounded (at most one output step, scale = x_s * w_s),
+        # and without VNNI MLAS's u8s8 kernel may saturate a pair of products in int16: a small relative error.
+        assert np.abs(got - expected).max() <= 0.02 * np.abs(expected).max() + 1e-6
+
+
+def test_a_strided_convolution_is_left_as_it_is(tmp_path: Path) -> None:
+    _quantized_conv(tmp_path / "conv.onnx", 3, 1, stride=2)
+    assert convgemm.rewrite(tmp_path / "conv.onnx", tmp_path / "gemm.onnx") == {"skipped": 1}
+    x = np.random.default_rng(1).normal(0, 1, (1, 6, 50)).astype(np.float32)
+    assert np.array_equal(_run(tmp_path / "conv.onnx", x), _run(tmp_path / "gemm.onnx", x))
+
+
+def test_the_tuner_measures_onnxruntime_on_the_convgemm_form_at_every_shape() -> None:
+    found = {c.name for c in tuner.candidates(2, frozenset({"avx2"})) if c.form == forms.CONVGEMM}
+    assert found == {"onnxruntime-convgemm-f32-2x1", "onnxruntime-convgemm-f32-1x2"}
+    assert forms.CONVGEMM in forms.ONNXRUNTIME_ONLY and forms.CONVGEMM not in forms.OPENVINO_ONLY
+
+
+def test_the_wide_session_compares_the_bridge_on_the_served_form() -> None:
+    """The bridge runs the convgemm form when the primary does (`app.served`): its figure is that form's 1 x 2."""
+    choice = tuning.Candidate("onnxruntime", "f32", 2, 1, form=forms.CONVGEMM)
+    table = [{"backend": "onnxruntime", "form": "convgemm", "precision": "f32", "streams": 2,
+              "threads_per_stream": 1, "throughput": 3.0},
+             {"backend": "onnxruntime", "form": "convgemm", "precision": "f32", "streams": 1,
+              "threads_per_stream": 2, "throughput": 2.3},
+             {"backend": "onnxruntime", "form": "onnx", "precision": "f32", "streams": 1,
+              "threads_per_stream": 2, "throughput": 1.2}]
+    form, why = tuning.wide_choice(choice, table)
+    assert form == "bridge" and "bridge (onnxruntime convgemm 1 x 2) 2.30" in why
+    table[1]["throughput"] = 1.4  # slower than one stream (1.5): off
+    assert tuning.wide_choice(choice, table)[0] == ""
+
+
+def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, tmp_path: Path) -> None:
+    """The real rewrite of the embedded model, served by ONNX Runtime as the pool and the bridge open it, against
+    ONNX Runtime on the model: two lengths (the tuning corpus's longest chunk among them)."""
+    model = modelfile.resolve(None, [cache_dir / "models"])
+    made = forms.path(forms.CONVGEMM, model, tmp_path, modelfile.expected_sha256())
+    assert made.name == forms.ONNX_MODEL and forms.digest(made) is not None
+    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
+    served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                optimized_dir=tmp_path / "onnxruntime")
+    reference.load()
+    served.load()
+    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("jf_alpha")
+    expected, got = {}, {}
+    for text in ("hˈɛlO.", "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ."):
+        ids = vocab.ids(text)
+        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+        expected[text] = reference.infer(0, tokens, voice.style_for(len(ids)), 1.0)
+        got[text] = served.infer(0, tokens, voice.style_for(len(ids)), 1.0)
+    verdict, _ = outputcheck.compare("onnxruntime-convgemm", "onnxruntime", expected, got)
+    assert verdict.passed, verdict
