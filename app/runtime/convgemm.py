@@ -28,14 +28,13 @@ never chooses a form that fails it). Strided convolutions (3 in the export) are 
 
 from __future__ import annotations
 
-import collections
 import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from app.runtime.dequantize import Graph, NoMatch, conv_bias, rebuild
+from app.runtime.dequantize import Graph, NoMatch, conv_bias, replace
 
 log = logging.getLogger(__name__)
 
@@ -112,24 +111,8 @@ def rewrite(source: Path, target: Path) -> dict[str, int]:
     from onnx import helper
 
     model = onnx.load(str(source))
-    g = Graph(model.graph)
-    counts: collections.Counter[str] = collections.Counter()
-    gone: set[int] = set()
-    added: list[Any] = []
-    for node in list(model.graph.node):
-        if node.op_type != "ConvInteger":
-            continue
-        try:
-            replacement, replaced = _rewrite(g, node)
-        except NoMatch as exc:
-            log.info("convgemm: %s left as it is: %s", node.name, exc)
-            counts["skipped"] += 1
-            continue
-        added.extend(replacement)
-        gone.update(id(n) for n in replaced)
-        counts["ConvInteger"] += 1
-    rebuild(model, g, added, gone)
+    counts = replace(model, {"ConvInteger": _rewrite}, "convgemm")
     if not any(entry.domain == OPSET_DOMAIN for entry in model.opset_import):
         model.opset_import.append(helper.make_opsetid(OPSET_DOMAIN, 1))
     onnx.save(model, str(target))
-    return dict(counts)
+    return counts

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,27 +172,45 @@ def dequantize(source: Path, target: Path) -> dict[str, int]:
     import onnx
 
     model = onnx.load(str(source))
+    counts = replace(model, {op: _single(rewrite) for op, rewrite in _REWRITES.items()}, "dequantize")
+    if phase.rewrite(model):  # the harmonic source's running phase in fixed point: bf16 keeps the voice
+        counts["SineGen phase"] = 1
+    onnx.save(model, str(target))
+    return counts
+
+
+Rewrite = Callable[[Graph, Any], tuple[list[Any], list[Any]]]
+"""A node's replacement: the nodes that take its place, and the nodes it replaces (itself among them)."""
+
+
+def _single(rewrite: Callable[[Graph, Any], tuple[Any, list[Any]]]) -> Rewrite:
+    def many(g: Graph, node: Any) -> tuple[list[Any], list[Any]]:
+        replacement, replaced = rewrite(g, node)
+        return [replacement], replaced
+    return many
+
+
+def replace(model: Any, rewrites: dict[str, Rewrite], what: str) -> dict[str, int]:
+    """Apply ``rewrites`` (by op type) to every node of ``model`` they match, in place; returns how many of each op
+    type were rewritten and how many were ``skipped`` (no match, logged under ``what``)."""
     g = Graph(model.graph)
     counts: collections.Counter[str] = collections.Counter()
     gone: set[int] = set()
     added: list[Any] = []
     for node in list(model.graph.node):
-        rewrite = _REWRITES.get(node.op_type)
+        rewrite = rewrites.get(node.op_type)
         if rewrite is None:
             continue
         try:
             replacement, replaced = rewrite(g, node)
         except NoMatch as exc:
-            log.info("dequantize: %s left quantized: %s", node.name, exc)
+            log.info("%s: %s left as it is: %s", what, node.name, exc)
             counts["skipped"] += 1
             continue
-        added.append(replacement)
+        added.extend(replacement)
         gone.update(id(n) for n in replaced)
         counts[node.op_type] += 1
     rebuild(model, g, added, gone)
-    if phase.rewrite(model):  # the harmonic source's running phase in fixed point: bf16 keeps the voice
-        counts["SineGen phase"] += 1
-    onnx.save(model, str(target))
     return dict(counts)
 
 
