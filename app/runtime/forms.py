@@ -225,6 +225,10 @@ def _make_convgemm(source: Path, directory: Path) -> None:
     from app.runtime.convgemm import rewrite
 
     counts = rewrite(source, directory / ONNX_MODEL)
+    if not counts.get("ConvInteger"):
+        # A float export (or another quantizer's) has nothing to rewrite: the form would be the model again, and
+        # the tuner would spend two trials measuring it twice.
+        raise ValueError(f"{source.name} has no dynamically quantized convolution to rewrite")
     log.info("model form %s: rewrote %s", CONVGEMM, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
 

@@ -91,6 +91,22 @@ def test_a_strided_convolution_is_left_as_it_is(tmp_path: Path) -> None:
     assert np.array_equal(_run(tmp_path / "conv.onnx", x), _run(tmp_path / "gemm.onnx", x))
 
 
+def test_a_model_without_quantized_convolutions_makes_no_form(tmp_path: Path) -> None:
+    """A float export: nothing to rewrite, so no form (the tuner records the candidate as failed and goes on)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((2, 2, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])], "float",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, "T"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "float.onnx"))
+    with pytest.raises(ValueError, match="no dynamically quantized convolution"):
+        forms._make(forms.CONVGEMM, forms._MAKERS[forms.CONVGEMM], tmp_path / "float.onnx", "ab" * 32,
+                    tmp_path / "form")
+    assert not (tmp_path / "form").exists() and not list(tmp_path.glob(".form*"))  # nothing half made is left
+
+
 def test_the_tuner_measures_onnxruntime_on_the_convgemm_form_at_every_shape() -> None:
     found = {c.name for c in tuner.candidates(2, frozenset({"avx2"})) if c.form == forms.CONVGEMM}
     assert found == {"onnxruntime-convgemm-f32-2x1", "onnxruntime-convgemm-f32-1x2"}
