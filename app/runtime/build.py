@@ -139,12 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.bridge_graph_only:
         save_bridge_graph(args.model, args.out)
-        os.chmod(args.out, 0o755)
-        return 0
-    directory = build(args.model, args.out, precision=args.precision, streams=args.streams,
-                      threads_per_stream=args.threads_per_stream, model_sha256=args.sha256)
+    else:
+        directory = build(args.model, args.out, precision=args.precision, streams=args.streams,
+                          threads_per_stream=args.threads_per_stream, model_sha256=args.sha256)
+        log.info("baked compile cache ready: %s", directory)
     os.chmod(args.out, 0o755)
-    log.info("baked compile cache ready: %s", directory)
     return 0
 
 

@@ -28,15 +28,12 @@ never chooses a form that fails it). Strided convolutions (3 in the export) are 
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from app.runtime.dequantize import Graph, NoMatch, conv_bias, replace
-
-log = logging.getLogger(__name__)
 
 OPSET_DOMAIN = "com.microsoft"
 LIMIT = 64

@@ -85,12 +85,16 @@ class NoMatch(Exception):
     """A quantized node whose neighbourhood is not the pattern expected: it is left as it is."""
 
 
+Rewrite = Callable[[Graph, Any], tuple[list[Any], list[Any]]]
+"""A node's replacement: the nodes that take its place, and the nodes it replaces (itself among them)."""
+
+
 def _per_channel(value: FloatArray, ndim: int) -> FloatArray:
     """A per-output-channel vector shaped to broadcast over a weight of ``ndim`` dimensions (axis 0)."""
     return value.reshape((-1,) + (1,) * (ndim - 1)) if value.ndim == 1 else value
 
 
-def _matmul(g: Graph, node: Any) -> tuple[Any, list[Any]]:
+def _matmul(g: Graph, node: Any) -> tuple[list[Any], list[Any]]:
     from onnx import helper
 
     quantize = g.producer.get(node.input[0])
@@ -101,7 +105,7 @@ def _matmul(g: Graph, node: Any) -> tuple[Any, list[Any]]:
     weight = (g.array(node.input[1]) - g.array(node.input[3])) * g.weight_scale(mul, cast.output[0],
                                                                                quantize.output[1])
     name = g.constant(f"{node.input[1]}_f32", weight)
-    return helper.make_node("MatMul", [quantize.input[0], name], [mul.output[0]], name=f"{node.name}_f32"), \
+    return [helper.make_node("MatMul", [quantize.input[0], name], [mul.output[0]], name=f"{node.name}_f32")], \
         [node, cast, mul]
 
 
@@ -123,7 +127,7 @@ def conv_bias(g: Graph, node: Any) -> tuple[str | None, list[Any], str]:
     return division.input[0], [add], add.output[0]
 
 
-def _conv(g: Graph, node: Any) -> tuple[Any, list[Any]]:
+def _conv(g: Graph, node: Any) -> tuple[list[Any], list[Any]]:
     from onnx import helper
 
     quantize = g.producer.get(node.input[0])
@@ -139,10 +143,10 @@ def _conv(g: Graph, node: Any) -> tuple[Any, list[Any]]:
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     conv = helper.make_node("Conv", [quantize.input[0], name, *([bias] if bias else [])], [mul.output[0]],
                             name=f"{node.name}_f32", **attributes)
-    return conv, [node, *applied, cast, mul]
+    return [conv], [node, *applied, cast, mul]
 
 
-def _lstm(g: Graph, node: Any) -> tuple[Any, list[Any]]:
+def _lstm(g: Graph, node: Any) -> tuple[list[Any], list[Any]]:
     from onnx import helper
 
     inputs = list(node.input) + [""] * (12 - len(node.input))
@@ -160,10 +164,10 @@ def _lstm(g: Graph, node: Any) -> tuple[Any, list[Any]]:
     while ordered[-1] == "":
         ordered.pop()
     attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    return helper.make_node("LSTM", ordered, list(node.output), name=f"{node.name}_f32", **attributes), [node]
+    return [helper.make_node("LSTM", ordered, list(node.output), name=f"{node.name}_f32", **attributes)], [node]
 
 
-_REWRITES = {"MatMulInteger": _matmul, "ConvInteger": _conv, "DynamicQuantizeLSTM": _lstm}
+_REWRITES: dict[str, Rewrite] = {"MatMulInteger": _matmul, "ConvInteger": _conv, "DynamicQuantizeLSTM": _lstm}
 
 
 def dequantize(source: Path, target: Path) -> dict[str, int]:
@@ -172,22 +176,11 @@ def dequantize(source: Path, target: Path) -> dict[str, int]:
     import onnx
 
     model = onnx.load(str(source))
-    counts = replace(model, {op: _single(rewrite) for op, rewrite in _REWRITES.items()}, "dequantize")
+    counts = replace(model, _REWRITES, "dequantize")
     if phase.rewrite(model):  # the harmonic source's running phase in fixed point: bf16 keeps the voice
         counts["SineGen phase"] = 1
     onnx.save(model, str(target))
     return counts
-
-
-Rewrite = Callable[[Graph, Any], tuple[list[Any], list[Any]]]
-"""A node's replacement: the nodes that take its place, and the nodes it replaces (itself among them)."""
-
-
-def _single(rewrite: Callable[[Graph, Any], tuple[Any, list[Any]]]) -> Rewrite:
-    def many(g: Graph, node: Any) -> tuple[list[Any], list[Any]]:
-        replacement, replaced = rewrite(g, node)
-        return [replacement], replaced
-    return many
 
 
 def replace(model: Any, rewrites: dict[str, Rewrite], what: str) -> dict[str, int]:
