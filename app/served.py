@@ -9,6 +9,7 @@ imports. Both resolve the same thing from the same settings, and the engine adop
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,8 @@ from app.settings import Settings, SettingsError
 from app.sizing import CpuBudget, shape_for
 from app.text.vocab import Vocab
 from app.voices import Voice, VoiceBank
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,28 @@ def resolve(settings: Settings, budget: CpuBudget) -> Served:
     vocab = Vocab.embedded()
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
-                source_path=source_path if model_path != source_path and choice.form not in forms.ONNXRUNTIME_ONLY
-                else None)
+                bridge_path=_bridge_path(settings, choice, model_path, source_path, writable, digest))
     return Served(settings, choice, spec, voices, vocab, timestamps)
+
+
+def _bridge_path(settings: Settings, choice: tuning.EngineChoice, model_path: Path, source_path: Path,
+                 writable: Path, digest: str) -> Path | None:
+    """The file the ONNX Runtime bridge runs where it is not ``model_path`` (the served file), or None.
+
+    The form `tuning.bridge_choice` picked by measurement where one is made (by the tuner, or baked into the image):
+    else ``source_path``, the ONNX file the served form was derived from, where the served form is one only OpenVINO
+    runs; a form only ONNX Runtime runs (``convgemm``) is run by the bridge itself."""
+    if choice.form in forms.ONNXRUNTIME_ONLY:
+        return None
+    fallback = source_path if model_path != source_path else None
+    if choice.bridge_form in ("", forms.ONNX):
+        return fallback
+    found = forms.find(choice.bridge_form, writable, digest, read_only=[settings.baked_cache_dir, settings.cache_dir])
+    if found is None:
+        log.warning("engine: the bridge's %s form is not made here; the bridge runs %s", choice.bridge_form,
+                    fallback or model_path)
+        return fallback
+    return found
 
 
 def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:

@@ -85,17 +85,30 @@ def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
     image's baked cache, a read-only cache directory) is used from there; else it is made under ``writable``."""
     if form == ONNX:
         return model_path
-    maker = _MAKERS.get(form)
-    if maker is None:
-        raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
+    _relative(form, "")  # an unknown form fails before the model is hashed
     digest = model_sha256 or modelfile.sha256_of(model_path)
-    relative = Path("forms") / digest[:16] / _dirname(form)
+    made = find(form, writable, digest, read_only=read_only)
+    if made is not None:
+        return made
+    directory = writable / _relative(form, digest)
+    _make_isolated(form, model_path, digest, directory)
+    return directory / _file(form)
+
+
+def find(form: str, writable: Path, model_sha256: str, *, read_only: Sequence[Path | None] = ()) -> Path | None:
+    """The file of a derived ``form`` already made whole for the model whose sha256 is ``model_sha256``, under one
+    of ``read_only`` or ``writable`` (as `path` looks), or None: nothing is made."""
+    relative = _relative(form, model_sha256)
     for root in [r for r in read_only if r is not None] + [writable]:
         if _complete(root / relative):
             return root / relative / _file(form)
-    directory = writable / relative
-    _make_isolated(form, model_path, digest, directory)
-    return directory / _file(form)
+    return None
+
+
+def _relative(form: str, digest: str) -> Path:
+    if form not in _MAKERS:
+        raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
+    return Path("forms") / digest[:16] / _dirname(form)
 
 
 def _file(form: str) -> str:

@@ -222,7 +222,7 @@ class ProcessRuntime:
                 pass
         listed = set(found)
         spec = self.spec
-        models = [spec.model_path] + ([spec.source_path] if spec.source_path is not None else [])
+        models = [spec.model_path] + ([spec.bridge_path] if spec.bridge_path is not None else [])
         unlisted = backends.unlisted_files(models, spec.writable, spec.settings.cache_dir,
                                            spec.settings.baked_cache_dir)
         return found + [p for p in unlisted if p not in listed]

@@ -35,10 +35,11 @@ class Spec:
     """The writable cache directory (compile cache, the bridge's optimized graph)."""
     warm_up: WarmUp | None = None
     """What every slot runs once after each load, before serving; None skips the warm-up."""
-    source_path: Path | None = None
-    """The ONNX file ``model_path`` was derived from, when it is a derived form OpenVINO runs (`app.runtime.forms`):
-    the restore bridge is ONNX Runtime, which runs the ONNX file, not OpenVINO's IR. None for the forms ONNX
-    Runtime runs (``convgemm``): the bridge runs the served form itself."""
+    bridge_path: Path | None = None
+    """The file the ONNX Runtime bridge runs when it is not ``model_path`` (`app.served`): under an OpenVINO form,
+    the ONNX file it was derived from (ONNX Runtime cannot run OpenVINO's IR) or the ONNX Runtime form the tuning
+    run measured faster as one session on all threads (`app.runtime.tuning.bridge_choice`). None: the bridge runs
+    ``model_path`` (the file as shipped, or a form ONNX Runtime runs)."""
 
     @property
     def baked_graphs(self) -> Path | None:
@@ -78,7 +79,7 @@ class Spec:
 def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
-    bridge = (backends.bridge(spec.source_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
+    bridge = (backends.bridge(spec.bridge_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
                               spec.baked_graphs) if spec.has_bridge else None)
     # Chosen once, at the primary's first build (it verifies a baked cache's files): the wide form shares it.
     cache = functools.cache(lambda: _compile_cache(spec.settings, spec.model_path, spec.writable))

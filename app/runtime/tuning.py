@@ -188,6 +188,11 @@ class EngineChoice:
     """The tuner's figures behind the choice."""
     wide: str = ""
     """The figures behind what the wide session runs under this choice (`wide_choice`), or ``""``."""
+    bridge_form: str = ""
+    """The form the ONNX Runtime bridge runs under this choice (`bridge_choice`); ``""``: the served form where ONNX
+    Runtime runs it, else the ONNX file as shipped."""
+    bridge: str = ""
+    """The figures behind ``bridge_form``, or ``""``."""
 
     def public(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,15 +218,47 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
                                 streams=settings.streams or choice.streams,
                                 threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
     log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
+    bridge_form, bridge = bridge_choice(choice, found.manifest.table, tuned.streams * tuned.threads_per_stream)
+    if bridge:
+        log.info("engine: the bridge runs the %s form: %s", bridge_form, bridge)
     wide = ""
     if (tuned.wide_chunk_tokens and tuned.wide_form == "auto" and choice.streams > 1
             and (tuned.streams, tuned.threads_per_stream) == (choice.streams, choice.threads_per_stream)):
-        form, wide = wide_choice(choice, found.manifest.table)
+        form, wide = wide_choice(choice, found.manifest.table, bridge_form=bridge_form)
         tuned = dataclasses.replace(tuned, wide_form=form or "auto", wide_chunk_tokens=tuned.wide_chunk_tokens
                                     if form else 0)
         log.info("engine: wide session %s: %s", f"on the {form}" if form else "off", wide)
     return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
-                               str(found.path), found.manifest.table, wide)
+                               str(found.path), found.manifest.table, wide, bridge_form, bridge)
+
+
+def _throughputs(table: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
+    """Audio-s per s of each row that ran and passed the output check, by (backend, form, precision, streams,
+    threads per stream)."""
+    return {(r.get("backend"), r.get("form", "onnx"), r.get("precision"), r.get("streams"),
+             r.get("threads_per_stream")): float(r.get("throughput") or 0.0) for r in table
+            if not r.get("error") and (r.get("check") or {}).get("passed", True)}
+
+
+def bridge_choice(choice: Candidate, table: list[dict[str, Any]], threads: int) -> tuple[str, str]:
+    """The form the ONNX Runtime bridge runs under ``choice``, and the figures behind it (``""`` where nothing was
+    compared). The bridge is one session on all ``threads``: it serves the first requests after a start or a
+    restore, and a request alone where it is the wide session. Under a form only ONNX Runtime runs it runs that
+    form (one file for both); otherwise the ONNX Runtime form (`ONNXRUNTIME_FORMS`, or the file as shipped) that
+    made the most audio per second as one session of ``threads`` threads in the tuning run, where one of those
+    forms beat the file as shipped. That is how an OpenVINO primary gets a faster bridge: the tuner measures
+    ``convgemm`` 1 x N on every CPU (on the 2-vCPU AMD EPYC with AVX2 of 2026-12-03, 2.42 against 2.06 audio-s per
+    s for the file as shipped)."""
+    if choice.form in ONNXRUNTIME_FORMS:
+        return choice.form, ""
+    rows = _throughputs(table)
+    speeds = {form: rows.get(("onnxruntime", form, "f32", 1, threads), 0.0)
+              for form in ("onnx", *sorted(ONNXRUNTIME_FORMS))}
+    best = max(speeds, key=lambda form: speeds[form])
+    if best == "onnx" or not speeds["onnx"]:
+        return "onnx", ""
+    measured = ", ".join(f"{form} {speed:.2f}" for form, speed in speeds.items() if speed)
+    return best, f"audio-s per s in the tuning run as one ONNX Runtime session of {threads} threads: {measured}"
 
 
 AUTO_WIDE_FORMS = ("bridge",)
@@ -232,7 +269,7 @@ server's memory cgroup, its warm peak 1,699-1,717 against 1,240 MB, over the eng
 
 
 def wide_choice(choice: Candidate, table: list[dict[str, Any]],
-                forms: tuple[str, ...] = AUTO_WIDE_FORMS) -> tuple[str, str]:
+                forms: tuple[str, ...] = AUTO_WIDE_FORMS, *, bridge_form: str = "") -> tuple[str, str]:
     """What the wide session should run under ``choice`` by the tuning run's figures, and why: the fastest of
     ``forms`` (``bridge``: ONNX Runtime on every thread; ``primary``: the chosen OpenVINO form compiled as one
     stream on every thread) that made more audio per second than one stream of the chosen form, or ``""`` (off)
@@ -243,16 +280,16 @@ def wide_choice(choice: Candidate, table: list[dict[str, Any]],
     Runtime 1 x 2 2.13 and bf16 1 x 2 3.47: with the bridge as its wide session a request alone waited longer
     for first audio than without one (0.84 against 0.63 s p50) and a lone client got half the audio per
     CPU-second (bench/results/latency-20261203-xeon-wide). Where the table lacks the chosen form's figure (an
-    older manifest) the bridge is kept, as by default: measured faster on every CPU without bf16."""
+    older manifest) the bridge is kept, as by default: measured faster on every CPU without bf16. ``bridge_form`` is
+    what the bridge runs (`bridge_choice`; ``""``: the served form where ONNX Runtime runs it, else the file as
+    shipped)."""
     threads = choice.streams * choice.threads_per_stream
-    rows = {(r.get("backend"), r.get("form", "onnx"), r.get("precision"), r.get("streams"),
-             r.get("threads_per_stream")): float(r.get("throughput") or 0.0) for r in table if not r.get("error")}
+    rows = _throughputs(table)
     per_stream = rows.get((choice.backend, choice.form, choice.precision, choice.streams,
                            choice.threads_per_stream), 0.0) / choice.streams
     if choice.streams < 2 or not per_stream:
         return "bridge", "the tuning run did not measure the chosen form's streams" if choice.streams > 1 else ""
-    # The bridge runs the served form where ONNX Runtime runs it (`app.served`), else the ONNX file as shipped.
-    bridge_form = choice.form if choice.form in ONNXRUNTIME_FORMS else "onnx"
+    bridge_form = bridge_form or (choice.form if choice.form in ONNXRUNTIME_FORMS else "onnx")
     wide = {"bridge": (rows.get(("onnxruntime", bridge_form, "f32", 1, threads), 0.0),
                        f"onnxruntime {'' if bridge_form == 'onnx' else bridge_form + ' '}1 x {threads}")}
     if choice.backend == "openvino":

@@ -83,7 +83,8 @@ class OnnxRuntimeBackend:
         self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]
         return Resolved(
             backend=self.name, slots=len(self._sessions), streams=streams, threads=threads, precision="f32",
-            load_s=time.perf_counter() - start, from_cache=None, extra={"onnxruntime": ort.__version__},
+            load_s=time.perf_counter() - start, from_cache=None,
+            extra={"onnxruntime": ort.__version__, "model": str(self._model_path)},
         )
 
     def _sized_sessions(self, ort: Any, count: int) -> list[Any]:

@@ -5,6 +5,8 @@ on the embedded model (the form made for real, against ONNX Runtime on the model
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +14,7 @@ import pytest
 
 from app.runtime import convgemm, forms, modelfile, outputcheck, tuner, tuning
 from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
+from app.settings import Settings
 from app.sizing import PoolShape
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
@@ -128,11 +131,24 @@ def test_the_wide_session_compares_the_bridge_on_the_served_form() -> None:
     assert tuning.wide_choice(choice, table)[0] == ""
 
 
-def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def baked_form(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """A baked cache directory holding the convgemm form made for real from the model the server serves (its timed
+    copy, `app.runtime.timed`), as the tuner and the image build make it; the form's file; the served model's
+    sha256 (the tuning key's)."""
+    from app.served import served_model
+
+    model, digest = served_model(Settings(cache_dir=cache_dir), cache_dir)
+    baked = tmp_path_factory.mktemp("baked")
+    return baked, forms.path(forms.CONVGEMM, model, baked, digest), digest
+
+
+def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, tmp_path: Path,
+                                                              baked_form: tuple[Path, Path, str]) -> None:
     """The real rewrite of the embedded model, served by ONNX Runtime as the pool and the bridge open it, against
     ONNX Runtime on the model: two lengths (the tuning corpus's longest chunk among them)."""
     model = modelfile.resolve(None, [cache_dir / "models"])
-    made = forms.path(forms.CONVGEMM, model, tmp_path, modelfile.expected_sha256())
+    made = baked_form[1]
     assert made.name == forms.ONNX_MODEL and forms.digest(made) is not None
     reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
@@ -148,3 +164,63 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
         got[text] = served.infer(0, tokens, voice.style_for(len(ids)), 1.0)
     verdict, _ = outputcheck.compare("onnxruntime-convgemm", "onnxruntime", expected, got)
     assert verdict.passed, verdict
+
+
+def test_a_bridge_form_measured_faster_is_found_where_it_was_made_else_the_bridge_runs_the_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """`app.served` gives the bridge the form `tuning.bridge_choice` picked where it is made (never makes it at
+    start), else the file it ran before."""
+    from app import served
+
+    monkeypatch.setitem(forms._MAKERS, forms.CONVGEMM, lambda source, directory: (directory / forms.ONNX_MODEL)
+                        .write_bytes(b"graph"))
+    monkeypatch.setattr(forms, "_make_isolated", lambda form, source, digest, directory: forms._make(
+        form, forms._MAKERS[form], source, digest, directory))
+    source = tmp_path / "model.onnx"
+    source.write_bytes(b"model")
+    settings = Settings(cache_dir=tmp_path / "cache", baked_cache_dir=tmp_path / "baked")
+    choice = tuning.EngineChoice("tuned", "openvino", "f32", "ov", forms.DEQUANT, bridge_form=forms.CONVGEMM)
+    ir = tmp_path / "ir.xml"
+    with caplog.at_level(logging.WARNING, logger="app.served"):
+        assert served._bridge_path(settings, choice, ir, source, tmp_path / "w", "ab" * 32) == source
+        assert served._bridge_path(settings, choice, source, source, tmp_path / "w", "ab" * 32) is None
+    assert "the bridge's convgemm form is not made here" in caplog.text and not (tmp_path / "w").exists()
+    made = forms.path(forms.CONVGEMM, source, tmp_path / "baked", "ab" * 32)
+    assert served._bridge_path(settings, choice, ir, source, tmp_path / "w", "ab" * 32) == made
+    assert served._bridge_path(settings, choice, source, source, tmp_path / "w", "ab" * 32) == made
+    # Under the convgemm form itself the bridge runs the served file; under the shipped file's choice, that file.
+    own = dataclasses.replace(choice, backend="onnxruntime", form=forms.CONVGEMM)
+    assert served._bridge_path(settings, own, made, source, tmp_path / "w", "ab" * 32) is None
+    shipped = dataclasses.replace(choice, bridge_form=forms.ONNX)
+    assert served._bridge_path(settings, shipped, ir, source, tmp_path / "w", "ab" * 32) == source
+
+
+def test_a_server_whose_tuning_run_found_the_form_faster_on_all_threads_bridges_with_it(
+        cache_dir: Path, tmp_path: Path, baked_form: tuple[Path, Path, str]) -> None:
+    """Served by ONNX Runtime on the file as shipped (2 x 1), whose tuning run measured the convgemm form faster as one
+    session on both threads: the bridge opens the form (made and baked), serves the first requests, and stays as the
+    wide session that a request alone runs on."""
+    import httpx
+
+    from app.sizing import read_budget
+    from tests.conftest import live_server
+
+    baked, made, digest = baked_form
+    ort_2x1 = tuning.Candidate("onnxruntime", "f32", 2, 1)
+    table = [{"backend": "onnxruntime", "form": form, "precision": "f32", "streams": streams,
+              "threads_per_stream": threads, "throughput": throughput, "error": ""}
+             for form, streams, threads, throughput in (("onnx", 2, 1, 5.0), ("onnx", 1, 2, 2.0),
+                                                         ("convgemm", 1, 2, 3.0))]
+    here = tuning.TuneKey.here(read_budget().cpus, digest)
+    tuning.write(baked, tuning.Manifest(key=here, choice=ort_2x1, why="ort 2 x 1", table=table))
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
+        response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
+                              json={"input": "The bridge runs the faster form.", "voice": "jf_alpha",
+                                    "response_format": "pcm"})
+        info = httpx.get(f"{server.url}/v1/info").json()
+        log = server.log()
+    assert response.status_code == 200 and len(response.content) > 2 * 24000
+    assert info["engine"]["bridge_form"] == "convgemm" and "convgemm 3.00" in info["engine"]["bridge"]
+    assert "engine: the bridge runs the convgemm form" in log
+    assert "bridge ready: " in log and f"'model': '{made}'" in log.split("bridge ready: ")[1].splitlines()[0]
+    assert info["pool"]["wide_session"] is True and info["pool"]["granted"]["wide"] >= 1

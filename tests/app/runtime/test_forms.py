@@ -171,6 +171,8 @@ def test_the_tuner_measures_openvino_on_the_dequant_forms_at_every_shape() -> No
 def test_a_form_baked_elsewhere_is_used_from_there(tmp_path: Path, counting: list[Path]) -> None:
     source = tmp_path / "model.onnx"
     source.write_bytes(b"0123456789")
+    assert forms.find(forms.IR, tmp_path / "w", "ab" * 32, read_only=[tmp_path / "baked"]) is None  # nothing made
     baked = forms.path(forms.IR, source, tmp_path / "baked", "ab" * 32)
     assert forms.path(forms.IR, source, tmp_path / "w", "ab" * 32, read_only=[None, tmp_path / "baked"]) == baked
+    assert forms.find(forms.IR, tmp_path / "w", "ab" * 32, read_only=[tmp_path / "baked"]) == baked
     assert len(counting) == 1 and not (tmp_path / "w").exists()

@@ -18,7 +18,7 @@ def test_files_without_a_process_name_the_served_copy_its_source_and_the_caches(
         path.write_bytes(b"x")
     settings = Settings.from_env({}, cache_dir=tmp_path / "cache")
     spec = Spec(settings=settings, model_path=copy, shape=PoolShape(1, 1), writable=tmp_path / "cache",
-                source_path=source)
+                bridge_path=source)
     files = ProcessRuntime(spec).files()  # no process started: nothing listed, everything found
     assert copy in files and blob in files
     # The export the copy was made from: the bridge loads it, and a start that copied or checked it

@@ -103,6 +103,41 @@ def test_the_wide_session_runs_what_outran_one_stream_in_the_tuning_run() -> Non
     assert tuning.wide_choice(BF16_1X2, XEON_TABLE)[0] == "bridge"  # one stream: nothing to compare, nothing wide
 
 
+CONVGEMM_1X2 = Candidate("onnxruntime", "f32", 1, 2, "convgemm")
+
+
+def test_the_bridge_runs_the_onnx_runtime_form_that_was_fastest_on_all_threads() -> None:
+    table = [*XEON_TABLE, row(CONVGEMM_1X2, 2.60)]
+    form, why = tuning.bridge_choice(BF16_2X1, table, 2)
+    assert form == "convgemm" and why == ("audio-s per s in the tuning run as one ONNX Runtime session of 2 threads: "
+                                          "onnx 2.13, convgemm 2.60")
+    # Its figure, not the file as shipped's, decides whether the bridge is the wide session (one bf16 stream: 2.40).
+    assert tuning.wide_choice(BF16_2X1, table, bridge_form=form)[0] == "bridge"
+    assert "bridge (onnxruntime convgemm 1 x 2) 2.60" in tuning.wide_choice(BF16_2X1, table, bridge_form=form)[1]
+    assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.0)], 2) == ("onnx", "")  # slower
+    failed = {**row(CONVGEMM_1X2, 2.60), "check": {"passed": False}}
+    assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, failed], 2) == ("onnx", "")  # never a form that fails
+    assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.60, error="crashed")], 2)[0] == "onnx"
+    assert tuning.bridge_choice(BF16_2X1, [row(CONVGEMM_1X2, 2.60)], 2)[0] == "onnx"  # the file not measured
+    assert tuning.bridge_choice(BF16_2X1, table, 4)[0] == "onnx"  # another shape than the one measured
+    # Under a form only ONNX Runtime runs, the bridge runs that form.
+    assert tuning.bridge_choice(Candidate("onnxruntime", "f32", 2, 1, "convgemm"), XEON_TABLE, 2) == ("convgemm", "")
+
+
+def test_a_tuned_choice_names_the_bridge_form_it_measured_faster(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    here = TuneKey.here(2, "ab" * 32)
+    table = [*XEON_TABLE, row(CONVGEMM_1X2, 2.60)]
+    tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=table))
+    with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
+        tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+    assert choice.bridge_form == "convgemm" and "convgemm 2.60" in choice.bridge
+    assert "engine: the bridge runs the convgemm form" in caplog.text
+    assert (tuned.wide_form, tuned.wide_chunk_tokens) == ("bridge", Settings().wide_chunk_tokens)  # 2.60 > 2.40
+    tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
+    assert tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)[1].bridge_form == "onnx"
+
+
 def test_a_tuned_choice_turns_a_slower_wide_session_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     here = TuneKey.here(2, "ab" * 32)
     tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
