@@ -80,12 +80,13 @@ def save_bridge_graph(model_path: Path, out: Path) -> Path:
     ``TTS_BAKED_CACHE_DIR=out`` opens its bridge (and an ONNX Runtime primary) from it instead of optimizing
     the model at its first start. Named like the graph a server saves itself (model size and mtime, runtime
     version, CPU family), so a server on another CPU family or runtime version does not find it and
-    optimizes as before."""
+    optimizes as before. The portable graph, without the weights packed for the build machine's CPU (the
+    server's own saves keep those, named for its CPU's flags: `app.runtime.backends.onnxruntime`)."""
     from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
     folder = out / "onnxruntime"
     backend = OnnxRuntimeBackend(model_path, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                 optimized_dir=folder)
+                                 optimized_dir=folder, prepacked=False)
     backend.load()
     _speak(backend)  # raises if no usable audio came out
     backend.unload()

@@ -46,6 +46,15 @@ def family() -> str:
     return isa_family(cpu_flags())
 
 
+def flags_digest(flags: Iterable[str] | None = None) -> str:
+    """First 16 hex digits of the sha256 of the sorted feature flags (this machine's where ``flags`` is None): the
+    same CPU model with a feature hidden (a VM without AMX or AVX-512) gets another digest."""
+    import hashlib
+
+    present = cpu_flags() if flags is None else flags
+    return hashlib.sha256(" ".join(sorted(present)).encode()).hexdigest()[:16]
+
+
 def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's brand string (``model name``), or ``unknown`` where the kernel does not say."""
     try:

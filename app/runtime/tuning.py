@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from app.runtime.cpu import cpu_flags, cpu_model_name, isa_family
+from app.runtime.cpu import cpu_flags, cpu_model_name, flags_digest, isa_family
 from app.runtime.forms import ONNXRUNTIME_ONLY as ONNXRUNTIME_FORMS
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class TuneKey:
     def here(cls, cpus: int, model_sha256: str) -> TuneKey:
         flags = cpu_flags()
         return cls(cpu=cpu_model_name(), isa=isa_family(flags),
-                   flags=hashlib.sha256(" ".join(sorted(flags)).encode()).hexdigest()[:16], cpus=cpus,
+                   flags=flags_digest(flags), cpus=cpus,
                    openvino=_version("openvino"), onnxruntime=_version("onnxruntime"), model_sha256=model_sha256)
 
     def slug(self) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime import modelfile
+from app.runtime import cpu, modelfile
 from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.sizing import PoolShape
 from app.text.vocab import Vocab
@@ -40,6 +40,10 @@ def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_pa
     saved = first.optimized_path(onnxruntime.__version__)
     assert saved is not None and saved.is_file() and saved.parent == tmp_path
     assert not list(tmp_path.glob(".*"))  # no partial file left behind
+    # The weights as the kernels packed them, in a data file beside the graph, for this CPU's flags only.
+    assert saved.name.endswith(f"-{cpu.family()}-{cpu.flags_digest()}.packed.onnx")
+    [data] = tmp_path.glob("*.data")
+    assert data.stat().st_size > 90_000_000 and saved.stat().st_size < 10_000_000
     assert np.array_equal(speak(first), reference)
 
     stamp = saved.stat().st_mtime_ns
@@ -61,6 +65,16 @@ def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: 
     assert "could not open the optimized graph" in caplog.text
     assert saved.stat().st_size > 1_000_000  # optimized again and saved whole
     assert speak(backend).size > 24000 // 2
+    # Its packed weights cut short: the same.
+    [data] = tmp_path.glob("*.data")
+    data.write_bytes(data.read_bytes()[:1000])
+    caplog.clear()
+    damaged = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    with caplog.at_level(logging.WARNING):
+        damaged.load()
+    assert "could not open the optimized graph" in caplog.text
+    assert sum(p.stat().st_size for p in tmp_path.glob("*.data")) > 90_000_000
+    assert speak(damaged).size > 24000 // 2
 
 
 def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_path: Path) -> None:
@@ -78,6 +92,8 @@ def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_p
     assert baked in backend.files()
     assert not writable.exists()
     assert np.array_equal(speak(backend), speak(reference))
+    # The image's graph is the portable one: named for the CPU family, its weights packed at each open.
+    assert baked.name.endswith(f"-{cpu.family()}.onnx") and not list(baked.parent.glob("*.data"))
     # A graph it cannot open is not written over (it may be read-only): the model is optimized into the writable cache.
     baked.write_bytes(b"not a model")
     again = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
