@@ -54,8 +54,9 @@ class OnnxRuntimeBackend:
         """One session shared by all slots, with all the budget's threads (opens N times faster)."""
         self._optimized_dir = optimized_dir
         self._baked_optimized_dir = baked_optimized_dir if optimized_dir is not None else None
-        self._prepacked = prepacked
-        """Save the graph with its packed weights, for this CPU only (module docstring)."""
+        self._prepacked = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
+        """Save the graph with its packed weights, for this CPU only (module docstring); not into a file system
+        held in memory (a container's tmpfs /tmp), where the data file would be memory the container is billed."""
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
@@ -215,3 +216,21 @@ def page_cache_roots(writable: Path) -> list[Path]:
     """Where an ONNX Runtime process may have read files it did not list: the bridge's optimized graph
     and ONNX Runtime's own libraries (a baked graph lies under the baked root, which OpenVINO's roots hold)."""
     return [writable / "onnxruntime", *package_dirs("onnxruntime")]
+
+
+def in_memory(path: Path, mounts: Path = Path("/proc/self/mounts")) -> bool:
+    """Whether ``path`` (or the nearest folder above it that exists) lies on a file system held in memory (tmpfs,
+    ramfs), by the longest mount point above it; False where the mount table cannot be read."""
+    try:
+        table = [line.split() for line in mounts.read_text().splitlines()]
+    except OSError:
+        return False
+    found = path.resolve()
+    best, kind = "", ""
+    for fields in table:
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (found == Path(point) or Path(point) in found.parents) and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind in ("tmpfs", "ramfs")

@@ -134,3 +134,33 @@ def test_the_bridge_gives_its_activations_back_after_each_run(model: Path) -> No
         grown[mode] = int(done.stdout.split()[-1])
     assert grown["kept"] > 30 * 2**20, grown  # the control (about 70 MB here): ONNX Runtime's arena keeps them
     assert grown["shrunk"] < grown["kept"] / 3, grown
+
+
+def test_a_graph_saved_into_memory_keeps_no_packed_weights(model: Path, tmp_path: Path) -> None:
+    """On a file system held in memory (a container's tmpfs /tmp) the packed weights' data file would be memory
+    the container is billed for: the portable graph is saved there instead."""
+    from app.runtime.backends.onnxruntime import in_memory
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/vda / ext4 rw 0 0\ntmpfs /tmp tmpfs rw 0 0\ntmpfs /run/a\\040b tmpfs rw 0 0\n"
+                      "/dev/vdb /tmp/disk ext4 rw 0 0\n")
+    assert in_memory(Path("/tmp/tts-cache/onnxruntime"), mounts) and in_memory(Path("/run/a b/c"), mounts)
+    assert not in_memory(Path("/tmp/disk/cache"), mounts) and not in_memory(Path("/var/cache"), mounts)
+    assert not in_memory(Path("/tmp"), tmp_path / "no-such-table")
+    shm = Path("/dev/shm")
+    if not in_memory(shm):
+        pytest.skip("no tmpfs at /dev/shm here")
+    folder = shm / f"tts-test-{tmp_path.name}"
+    try:
+        backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                     optimized_dir=folder)
+        backend.load()
+        import onnxruntime
+
+        saved = backend.optimized_path(onnxruntime.__version__)
+        assert saved is not None and saved.name.endswith(f"-{cpu.family()}.onnx") and saved.is_file()
+        assert not list(folder.glob("*.data"))
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
