@@ -101,6 +101,45 @@ def save_bridge_graph(model_path: Path, out: Path) -> Path:
     return saved
 
 
+def save_packed_graphs() -> list[Path]:
+    """ONNX Runtime's optimized graphs, with the weights packed for this CPU, of what a server started with this
+    environment opens (its bridge's file, and the served file where ONNX Runtime serves it: the tuned choice
+    baked into ``TTS_BAKED_CACHE_DIR``), saved there beside the portable ones. Named for this CPU's flags
+    (`app.runtime.backends.onnxruntime`), like the tuning manifest: a container on the build machine's CPU opens
+    them (no packing at open, one mapped copy of the weights for all its sessions); on any other CPU the portable
+    graph, as before. For a tuned image only: where no manifest applies they would never be opened."""
+    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
+    from app.served import resolve
+    from app.settings import Settings
+
+    settings = Settings.from_env(os.environ)
+    if settings.baked_cache_dir is None:
+        raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: nowhere to save the packed graphs")
+    found = resolve(settings, read_budget())
+    spec = found.spec
+    models = [spec.bridge_path or spec.model_path]
+    if found.settings.backend == "onnxruntime":
+        models.append(spec.model_path)
+    folder = settings.baked_cache_dir / "onnxruntime"
+    saved = []
+    for model in dict.fromkeys(models):
+        backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                     optimized_dir=folder, prepacked=True)
+        backend.load()
+        _speak(backend)  # raises if no usable audio came out
+        backend.unload()
+        import onnxruntime
+
+        graph = backend.optimized_path(onnxruntime.__version__)
+        if graph is None or not graph.is_file():
+            raise RuntimeError(f"ONNX Runtime saved no packed graph of {model} into {folder}")
+        for path in [folder, *folder.iterdir()]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        log.info("saved ONNX Runtime's optimized graph of %s with its packed weights as %s", model, graph)
+        saved.append(graph)
+    return saved
+
+
 def _in_thread(load: Callable[[], Resolved]) -> Resolved:
     """Run ``load`` in a worker thread, as the server does, so the build compiles the way a server start
     would. It mattered once (AMD EPYC, OpenVINO 2026.4.1): with ``CPU_DENORMALS_OPTIMIZATION=YES``, a compile
@@ -124,16 +163,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m app.runtime.build",
                                      description="Compile the model ahead of time into DIR/<key>/ (OpenVINO) and save "
                                                  "ONNX Runtime's optimized graph into DIR/onnxruntime/.")
-    parser.add_argument("--model", type=Path, required=True, help="the ONNX model the server will load (same path)")
-    parser.add_argument("--out", type=Path, required=True, help="root of the baked caches (TTS_BAKED_CACHE_DIR)")
+    parser.add_argument("--model", type=Path, help="the ONNX model the server will load (same path)")
+    parser.add_argument("--out", type=Path, help="root of the baked caches (TTS_BAKED_CACHE_DIR)")
     parser.add_argument("--sha256", default=None, help="the model's sha256, if known (saves hashing it)")
     parser.add_argument("--precision", default="f32", help="as TTS_PRECISION")
     parser.add_argument("--streams", type=int, default=0, help="as TTS_STREAMS (not part of OpenVINO's key)")
     parser.add_argument("--threads-per-stream", type=int, default=0, help="as TTS_THREADS_PER_STREAM")
     parser.add_argument("--bridge-graph-only", action="store_true",
                         help="only save ONNX Runtime's optimized graph of --model (a form the tuner chose for it)")
+    parser.add_argument("--packed-for-choice", action="store_true",
+                        help="only save, for what a server started with this environment opens (the tuned choice), "
+                             "ONNX Runtime's graphs with their weights packed for this CPU (--model and --out unused)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.packed_for_choice:
+        save_packed_graphs()
+        return 0
+    if args.model is None or args.out is None:
+        parser.error("--model and --out are required")
     if not args.model.is_file():
         log.error("model file %s does not exist", args.model)
         return 2

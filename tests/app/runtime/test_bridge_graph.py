@@ -164,3 +164,32 @@ def test_a_graph_saved_into_memory_keeps_no_packed_weights(model: Path, tmp_path
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cpu(
+        cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m app.runtime.build --packed-for-choice` (the Containerfile's last tuning step) saves, for what the
+    tuned choice opens with ONNX Runtime, the packed graph into the baked cache; a server there opens it and writes
+    nothing."""
+    from app.runtime import tuning
+    from app.runtime.build import main
+    from app.served import served_model
+    from app.settings import Settings
+    from app.sizing import read_budget
+
+    baked = tmp_path / "baked"
+    digest = served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
+    choice = tuning.Candidate("onnxruntime", "f32", 1, 2)
+    tuning.write(baked, tuning.Manifest(key=tuning.TuneKey.here(read_budget().cpus, digest), choice=choice,
+                                        why="ort 1 x 2", table=[]))
+    monkeypatch.setenv("TTS_BAKED_CACHE_DIR", str(baked))
+    monkeypatch.setenv("TTS_CACHE_DIR", str(cache_dir))
+    assert main(["--packed-for-choice"]) == 0
+    [graph] = (baked / "onnxruntime").glob("*.packed.onnx")
+    assert graph.name.endswith(f"-{cpu.flags_digest()}.packed.onnx") and list(graph.parent.glob("*.data"))
+    served = served_model(Settings(cache_dir=cache_dir), cache_dir)[0]
+    backend = OnnxRuntimeBackend(served, PoolShape(1, 2), runtime_defaults=False, shared=True,
+                                 optimized_dir=tmp_path / "writable", baked_optimized_dir=graph.parent)
+    backend.load()
+    assert graph in backend.files() and not (tmp_path / "writable").exists()
+    assert speak(backend).size > 24000 // 2
