@@ -56,9 +56,11 @@ class OnnxRuntimeBackend:
         """One session shared by all slots, with all the budget's threads (opens N times faster)."""
         self._optimized_dir = optimized_dir
         self._baked_optimized_dir = baked_optimized_dir if optimized_dir is not None else None
+        self._packed = prepacked
+        """Open a graph saved with its packed weights for this CPU where there is one (module docstring)."""
         self._prepacked = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
-        """Save the graph with its packed weights, for this CPU only (module docstring); not into a file system
-        held in memory (a container's tmpfs /tmp), where the data file would be memory the container is billed."""
+        """Save the graph with its packed weights; not into a file system held in memory (a container's tmpfs
+        /tmp), where the data file would be memory the container is billed."""
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
@@ -176,13 +178,16 @@ class OnnxRuntimeBackend:
         return self._optimized_dir / self._graph_name(version)
 
     def _saved(self, optimized: Path, version: str) -> Path | None:
-        """The saved graph to open, if there is one: the baked one (same name) first, then ``optimized``; where
-        graphs are saved with their packed weights and none was saved on this CPU, the baked portable graph."""
+        """The saved graph to open, if there is one: a graph with its weights packed for this CPU (baked, then
+        saved here), then the portable one (baked, then saved here where this backend saves portable graphs: a
+        portable graph left in an on-disk cache by an earlier version is passed over, so that a packed one is
+        saved in its place)."""
         baked = self._baked_optimized_dir
-        candidates = [optimized] if baked is None else [baked / optimized.name, optimized]
-        if baked is not None and self._prepacked:
-            candidates.append(baked / self._graph_name(version, prepacked=False))
-        return next((p for p in candidates if p.is_file()), None)
+        names = [self._graph_name(version, prepacked=True)] if self._packed else []
+        names.append(self._graph_name(version, prepacked=False))
+        candidates = [folder / name for name in names for folder in (baked, optimized.parent) if folder is not None]
+        return next((p for p in candidates if p.is_file() and (p.parent != optimized.parent or p == optimized
+                                                               or p.name.endswith(".packed.onnx"))), None)
 
     def _graph_name(self, version: str, *, prepacked: bool | None = None) -> str:
         stat = self._model_path.stat()

@@ -193,3 +193,12 @@ def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cp
     backend.load()
     assert graph in backend.files() and not (tmp_path / "writable").exists()
     assert speak(backend).size > 24000 // 2
+    # So does a server whose writable cache lies on tmpfs (a container's /tmp), which saves no packed graph itself.
+    from app.runtime.backends.onnxruntime import in_memory
+
+    if in_memory(Path("/dev/shm")):
+        shm = Path("/dev/shm") / f"tts-test-{tmp_path.name}"
+        in_container = OnnxRuntimeBackend(served, PoolShape(1, 2), runtime_defaults=False, shared=True,
+                                          optimized_dir=shm, baked_optimized_dir=graph.parent)
+        in_container.load()
+        assert graph in in_container.files() and not shm.exists()
