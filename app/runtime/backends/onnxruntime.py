@@ -216,6 +216,10 @@ class OnnxRuntimeBackend:
             found.extend(p for p in self._optimized_dir.iterdir() if p.is_file())
         if self._opened is not None and self._opened not in found:
             found.append(self._opened)  # the baked graph
+            # and its packed weights' data file: the parts a session does not map (the weights as stored, which
+            # the packed copies replace) would stay in the page cache, billed to the container
+            found.extend(p for p in self._opened.parent.iterdir()
+                         if p.name.startswith(f"{self._opened.stem}.") and p.suffix == ".data")
         return found
 
 

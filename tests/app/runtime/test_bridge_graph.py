@@ -192,6 +192,7 @@ def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cp
                                  optimized_dir=tmp_path / "writable", baked_optimized_dir=graph.parent)
     backend.load()
     assert graph in backend.files() and not (tmp_path / "writable").exists()
+    assert set(graph.parent.glob("*.data")) <= set(backend.files())  # evicted with the graph
     assert speak(backend).size > 24000 // 2
     # So does a server whose writable cache lies on tmpfs (a container's /tmp), which saves no packed graph itself.
     from app.runtime.backends.onnxruntime import in_memory
