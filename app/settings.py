@@ -229,6 +229,11 @@ class Settings:
     """Python logging level name."""
 
     @classmethod
+    def from_process(cls) -> Settings:
+        """`from_env` on this process's environment (for entry points other than ``python -m app``)."""
+        return cls.from_env(os.environ)
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str], **overrides: Any) -> Settings:
         """Build settings from ``TTS_*`` variables (and ``PORT``); ``overrides`` win over both."""
         values: dict[str, Any] = {}

@@ -112,7 +112,7 @@ def save_packed_graphs() -> list[Path]:
     from app.served import resolve
     from app.settings import Settings
 
-    settings = Settings.from_env(os.environ)
+    settings = Settings.from_process()
     if settings.baked_cache_dir is None:
         raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: nowhere to save the packed graphs")
     found = resolve(settings, read_budget())
