@@ -82,23 +82,7 @@ def save_bridge_graph(model_path: Path, out: Path) -> Path:
     version, CPU family), so a server on another CPU family or runtime version does not find it and
     optimizes as before. The portable graph, without the weights packed for the build machine's CPU (the
     server's own saves keep those, named for its CPU's flags: `app.runtime.backends.onnxruntime`)."""
-    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
-
-    folder = out / "onnxruntime"
-    backend = OnnxRuntimeBackend(model_path, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                 optimized_dir=folder, prepacked=False)
-    backend.load()
-    _speak(backend)  # raises if no usable audio came out
-    backend.unload()
-    import onnxruntime
-
-    saved = backend.optimized_path(onnxruntime.__version__)
-    if saved is None or not saved.is_file():
-        raise RuntimeError(f"ONNX Runtime saved no optimized graph into {folder}")
-    for path in (folder, saved):
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    log.info("saved ONNX Runtime's optimized graph of %s as %s", model_path, saved)
-    return saved
+    return _save_graph(model_path, out / "onnxruntime", prepacked=False)
 
 
 def save_packed_graphs() -> list[Path]:
@@ -108,7 +92,6 @@ def save_packed_graphs() -> list[Path]:
     (`app.runtime.backends.onnxruntime`), like the tuning manifest: a container on the build machine's CPU opens
     them (no packing at open, one mapped copy of the weights for all its sessions); on any other CPU the portable
     graph, as before. For a tuned image only: where no manifest applies they would never be opened."""
-    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
     from app.served import resolve
     from app.settings import Settings
 
@@ -120,23 +103,29 @@ def save_packed_graphs() -> list[Path]:
     models = [spec.bridge_path or spec.model_path]
     if found.settings.backend == "onnxruntime":
         models.append(spec.model_path)
-    folder = settings.baked_cache_dir / "onnxruntime"
-    saved = []
-    for model in dict.fromkeys(models):
-        backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                     optimized_dir=folder, prepacked=True)
-        backend.load()
-        _speak(backend)  # raises if no usable audio came out
-        backend.unload()
-        import onnxruntime
+    return [_save_graph(model, settings.baked_cache_dir / "onnxruntime", prepacked=True)
+            for model in dict.fromkeys(models)]
 
-        graph = backend.optimized_path(onnxruntime.__version__)
-        if graph is None or not graph.is_file():
-            raise RuntimeError(f"ONNX Runtime saved no packed graph of {model} into {folder}")
-        for path in [folder, *folder.iterdir()]:
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        log.info("saved ONNX Runtime's optimized graph of %s with its packed weights as %s", model, graph)
-        saved.append(graph)
+
+def _save_graph(model_path: Path, folder: Path, *, prepacked: bool) -> Path:
+    """Open ``model_path`` with ONNX Runtime as the bridge does, saving its optimized graph into ``folder`` (with
+    the weights packed for this CPU, or portable), speak once through it, and return the graph's path."""
+    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
+
+    backend = OnnxRuntimeBackend(model_path, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                 optimized_dir=folder, prepacked=prepacked)
+    backend.load()
+    _speak(backend)  # raises if no usable audio came out
+    backend.unload()
+    import onnxruntime
+
+    saved = backend.optimized_path(onnxruntime.__version__)
+    if saved is None or not saved.is_file():
+        raise RuntimeError(f"ONNX Runtime saved no optimized graph of {model_path} into {folder}")
+    for path in [folder, *folder.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    log.info("saved ONNX Runtime's optimized graph of %s%s as %s", model_path,
+             " with its packed weights" if prepacked else "", saved)
     return saved
 
 
