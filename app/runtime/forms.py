@@ -85,7 +85,7 @@ def path(form: str, model_path: Path, writable: Path, model_sha256: str, *,
     image's baked cache, a read-only cache directory) is used from there; else it is made under ``writable``."""
     if form == ONNX:
         return model_path
-    _relative(form, "")  # an unknown form fails before the model is hashed
+    _known(form)  # before the model is hashed
     digest = model_sha256 or modelfile.sha256_of(model_path)
     made = find(form, writable, digest, read_only=read_only)
     if made is not None:
@@ -105,9 +105,13 @@ def find(form: str, writable: Path, model_sha256: str, *, read_only: Sequence[Pa
     return None
 
 
-def _relative(form: str, digest: str) -> Path:
+def _known(form: str) -> None:
     if form not in _MAKERS:
         raise UnknownForm(f"unknown model form {form!r} (known: {', '.join(FORMS)})")
+
+
+def _relative(form: str, digest: str) -> Path:
+    _known(form)
     return Path("forms") / digest[:16] / _dirname(form)
 
 

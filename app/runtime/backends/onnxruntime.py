@@ -56,9 +56,9 @@ class OnnxRuntimeBackend:
         """One session shared by all slots, with all the budget's threads (opens N times faster)."""
         self._optimized_dir = optimized_dir
         self._baked_optimized_dir = baked_optimized_dir if optimized_dir is not None else None
-        self._packed = prepacked
+        self._open_packed = prepacked
         """Open a graph saved with its packed weights for this CPU where there is one (module docstring)."""
-        self._prepacked = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
+        self._save_packed = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
         """Save the graph with its packed weights; not into a file system held in memory (a container's tmpfs
         /tmp), where the data file would be memory the container is billed."""
         self._opened: Path | None = None
@@ -144,7 +144,7 @@ class OnnxRuntimeBackend:
         try:
             optimized.parent.mkdir(parents=True, exist_ok=True)
             opts.optimized_model_filepath = str(partial)
-            if self._prepacked:
+            if self._save_packed:
                 # The graph names its data file, written first under a name no other save uses (never over a
                 # file a session may map: truncating a mapped file faults its readers); the graph's rename
                 # below then publishes both whole.
@@ -155,11 +155,11 @@ class OnnxRuntimeBackend:
             session = ort.InferenceSession(str(self._model_path), sess_options=opts, providers=providers)
             os.replace(partial, optimized)  # whole or not at all
             self._opened = optimized
-            for stale in optimized.parent.iterdir():
-                # A replaced graph's data: unlinked, it stays readable where a session maps it. (Should two
-                # processes save at once, the graph may be left naming a data file the other removed: the next
-                # open fails, and optimizes and saves again.)
-                if stale.name.startswith(f"{optimized.stem}.") and stale.suffix == ".data" and stale.name != data:
+            # A replaced graph's data: unlinked, it stays readable where a session maps it. (Should two processes
+            # save at once, the graph may be left naming a data file the other removed: the next open fails, and
+            # optimizes and saves again.)
+            for stale in _data_files(optimized) if self._save_packed else []:
+                if stale.name != data:
                     stale.unlink(missing_ok=True)
         except Exception as exc:  # noqa: BLE001 - read-only or full: serve unoptimized-at-rest, as before
             # ONNX Runtime reports a failed save (a full disk) as its own InvalidProtobuf, not OSError; a model
@@ -183,16 +183,20 @@ class OnnxRuntimeBackend:
         portable graph left in an on-disk cache by an earlier version is passed over, so that a packed one is
         saved in its place)."""
         baked = self._baked_optimized_dir
-        names = [self._graph_name(version, prepacked=True)] if self._packed else []
-        names.append(self._graph_name(version, prepacked=False))
-        candidates = [folder / name for name in names for folder in (baked, optimized.parent) if folder is not None]
-        return next((p for p in candidates if p.is_file() and (p.parent != optimized.parent or p == optimized
-                                                               or p.name.endswith(".packed.onnx"))), None)
+        portable = self._graph_name(version, prepacked=False)
+        candidates = []
+        if self._open_packed:
+            packed = self._graph_name(version, prepacked=True)
+            candidates += [baked / packed if baked is not None else None, optimized.parent / packed]
+        candidates.append(baked / portable if baked is not None else None)
+        if not self._save_packed:
+            candidates.append(optimized.parent / portable)
+        return next((p for p in candidates if p is not None and p.is_file()), None)
 
     def _graph_name(self, version: str, *, prepacked: bool | None = None) -> str:
         stat = self._model_path.stat()
         stem = f"{self._model_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-ort{version}-{cpu.family()}"
-        if self._prepacked if prepacked is None else prepacked:
+        if self._save_packed if prepacked is None else prepacked:
             return f"{stem}-{cpu.flags_digest()}.packed.onnx"
         return f"{stem}.onnx"
 
@@ -218,8 +222,7 @@ class OnnxRuntimeBackend:
             found.append(self._opened)  # the baked graph
             # and its packed weights' data file: the parts a session does not map (the weights as stored, which
             # the packed copies replace) would stay in the page cache, billed to the container
-            found.extend(p for p in self._opened.parent.iterdir()
-                         if p.name.startswith(f"{self._opened.stem}.") and p.suffix == ".data")
+            found.extend(_data_files(self._opened))
         return found
 
 
@@ -227,6 +230,11 @@ def page_cache_roots(writable: Path) -> list[Path]:
     """Where an ONNX Runtime process may have read files it did not list: the bridge's optimized graph
     and ONNX Runtime's own libraries (a baked graph lies under the baked root, which OpenVINO's roots hold)."""
     return [writable / "onnxruntime", *package_dirs("onnxruntime")]
+
+
+def _data_files(graph: Path) -> list[Path]:
+    """The data files saved beside ``graph`` for it (its packed weights; more than one where it was replaced)."""
+    return [p for p in graph.parent.iterdir() if p.name.startswith(f"{graph.stem}.") and p.suffix == ".data"]
 
 
 def in_memory(path: Path, mounts: Path = Path("/proc/self/mounts")) -> bool:
