@@ -43,9 +43,13 @@ class Spec:
 
     @property
     def baked_graphs(self) -> Path | None:
-        """Where the image build saved ONNX Runtime's optimized graphs (`app.runtime.build.save_bridge_graph`)."""
+        """Where the image build saved ONNX Runtime's optimized graphs (`app.runtime.build.save_bridge_graph`); None
+        where the baked cache is the writable one: what the server saved there itself follows the writable cache's
+        rules (a portable graph an earlier version left there is replaced by a packed one, not opened as baked)."""
         baked = self.settings.baked_cache_dir
-        return baked / "onnxruntime" if baked is not None else None
+        if baked is None or baked.resolve() == self.writable.resolve():
+            return None
+        return baked / "onnxruntime"
 
     @property
     def has_bridge(self) -> bool:

@@ -203,3 +203,22 @@ def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cp
                                           optimized_dir=shm, baked_optimized_dir=graph.parent)
         in_container.load()
         assert graph in in_container.files() and not shm.exists()
+
+
+def test_a_baked_cache_that_is_the_writable_one_holds_no_baked_graphs(tmp_path: Path) -> None:
+    """``TTS_BAKED_CACHE_DIR`` pointed at the cache the server writes (a machine tuned in place): a portable graph an
+    earlier version saved there is the writable cache's to replace with a packed one, not a baked graph to open
+    (it was, so the bridge packed its weights at every open)."""
+    from app.runtime.spec import Spec
+    from app.settings import Settings
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (tmp_path / "link").symlink_to(cache)
+
+    def spec(baked: Path) -> Spec:
+        return Spec(settings=Settings(cache_dir=cache, baked_cache_dir=baked), model_path=tmp_path / "m.onnx",
+                    shape=PoolShape(1, 1), writable=cache)
+
+    assert spec(cache).baked_graphs is None and spec(tmp_path / "link").baked_graphs is None
+    assert spec(tmp_path / "image").baked_graphs == tmp_path / "image" / "onnxruntime"
