@@ -107,6 +107,43 @@ def save_packed_graphs() -> list[Path]:
             for model in dict.fromkeys(models)]
 
 
+def prune_forms() -> list[Path]:
+    """Remove from ``TTS_BAKED_CACHE_DIR`` the model forms that a server started with this environment does not
+    open, with ONNX Runtime's graphs of them; returns the form directories removed.
+
+    The tuning run makes every form it measures and the image keeps what it made, but a server opens at most two:
+    the tuned choice's form and the bridge's (`app.served.resolve`); where the manifest does not apply (another
+    CPU) it serves the file as shipped. Each form is a copy of the model, 90-320 MB. For a tuned image only: run
+    after the manifest is in place. A server given other settings at run time that would want a removed form
+    (``TTS_STREAMS`` changing the bridge's width) serves without it, logged, as where it was never made."""
+    from app.runtime import forms
+    from app.runtime.backends.onnxruntime import saved_graphs
+    from app.served import resolve
+    from app.settings import Settings
+
+    settings = Settings.from_process()
+    baked = settings.baked_cache_dir
+    if baked is None:
+        raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: no forms to prune")
+    spec = resolve(settings, read_budget()).spec
+    opened = {p.parent.resolve() for p in (spec.model_path, spec.bridge_path) if p is not None}
+    removed = []
+    for record in sorted((baked / "forms").glob(f"*/*/{forms.RECORD}")):
+        directory = record.parent
+        if directory.resolve() in opened:
+            continue
+        size = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
+        graphs = [g for model in directory.glob("*.onnx") for g in saved_graphs(model, baked / "onnxruntime")]
+        size += sum(g.stat().st_size for g in graphs)
+        for graph in graphs:
+            graph.unlink()
+        shutil.rmtree(directory)
+        removed.append(directory)
+        log.info("removed the %s form (%d MB with its graphs): the tuned server does not open it", directory.name,
+                 size >> 20)
+    return removed
+
+
 def _save_graph(model_path: Path, folder: Path, *, prepacked: bool) -> Path:
     """Open ``model_path`` with ONNX Runtime as the bridge does, saving its optimized graph into ``folder`` (with
     the weights packed for this CPU, or portable), speak once through it, and return the graph's path."""
@@ -163,10 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packed-for-choice", action="store_true",
                         help="only save, for what a server started with this environment opens (the tuned choice), "
                              "ONNX Runtime's graphs with their weights packed for this CPU (--model and --out unused)")
+    parser.add_argument("--prune-forms", action="store_true",
+                        help="only remove from TTS_BAKED_CACHE_DIR the model forms a server started with this "
+                             "environment does not open, and their graphs (--model and --out unused)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.packed_for_choice:
-        save_packed_graphs()
+    if args.packed_for_choice or args.prune_forms:
+        if args.prune_forms:
+            prune_forms()
+        if args.packed_for_choice:
+            save_packed_graphs()
         return 0
     if args.model is None or args.out is None:
         parser.error("--model and --out are required")

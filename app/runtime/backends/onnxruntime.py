@@ -194,8 +194,7 @@ class OnnxRuntimeBackend:
         return next((p for p in candidates if p is not None and p.is_file()), None)
 
     def _graph_name(self, version: str, *, prepacked: bool | None = None) -> str:
-        stat = self._model_path.stat()
-        stem = f"{self._model_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-ort{version}-{cpu.family()}"
+        stem = f"{graph_prefix(self._model_path)}ort{version}-{cpu.family()}"
         if self._save_packed if prepacked is None else prepacked:
             return f"{stem}-{cpu.flags_digest()}.packed.onnx"
         return f"{stem}.onnx"
@@ -230,6 +229,23 @@ def page_cache_roots(writable: Path) -> list[Path]:
     """Where an ONNX Runtime process may have read files it did not list: the bridge's optimized graph
     and ONNX Runtime's own libraries (a baked graph lies under the baked root, which OpenVINO's roots hold)."""
     return [writable / "onnxruntime", *package_dirs("onnxruntime")]
+
+
+def graph_prefix(model_path: Path) -> str:
+    """How the names of the graphs saved for ``model_path`` begin (its stem, size and mtime), whatever the runtime
+    version, CPU and packing."""
+    stat = model_path.stat()
+    return f"{model_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-"
+
+
+def saved_graphs(model_path: Path, folder: Path) -> list[Path]:
+    """The graphs saved in ``folder`` for ``model_path``, portable and packed, with their packed weights' data
+    files."""
+    if not folder.is_dir():
+        return []
+    prefix = graph_prefix(model_path)
+    graphs = [p for p in folder.iterdir() if p.name.startswith(prefix) and p.suffix == ".onnx"]
+    return [*graphs, *(d for g in graphs for d in _data_files(g))]
 
 
 def _data_files(graph: Path) -> list[Path]:

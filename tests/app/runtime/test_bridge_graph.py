@@ -222,3 +222,65 @@ def test_a_baked_cache_that_is_the_writable_one_holds_no_baked_graphs(tmp_path: 
 
     assert spec(cache).baked_graphs is None and spec(tmp_path / "link").baked_graphs is None
     assert spec(tmp_path / "image").baked_graphs == tmp_path / "image" / "onnxruntime"
+
+
+def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
+        cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m app.runtime.build --prune-forms` (the Containerfile's tuning step): the forms the tuning run made
+    but the tuned server never opens leave the image, with ONNX Runtime's graphs of them; the chosen form, its
+    graphs and every other graph stay."""
+    import json
+
+    import onnxruntime
+
+    from app.runtime import forms, tuning
+    from app.runtime.backends.onnxruntime import graph_prefix
+    from app.runtime.build import main
+    from app.served import served_model
+    from app.settings import Settings
+    from app.sizing import read_budget
+
+    baked = tmp_path / "baked"
+    digest = served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
+    graphs = baked / "onnxruntime"
+    graphs.mkdir(parents=True)
+
+    def fake_form(form: str, files: dict[str, bytes]) -> Path:
+        directory = baked / forms._relative(form, digest)
+        directory.mkdir(parents=True)
+        for name, content in files.items():
+            (directory / name).write_bytes(content)
+        record = {"form": form, "files": {n: len(c) for n, c in files.items()}, "sha256": form * 8}
+        (directory / forms.RECORD).write_text(json.dumps(record))
+        return directory
+
+    def fake_graphs(model: Path) -> list[Path]:
+        stem = f"{graph_prefix(model)}ort{onnxruntime.__version__}-{cpu.family()}"
+        saved = [graphs / f"{stem}.onnx", graphs / f"{stem}-{cpu.flags_digest()}.packed.onnx",
+                 graphs / f"{stem}-{cpu.flags_digest()}.packed.1-2.data"]
+        for path in saved:
+            path.write_bytes(b"graph")
+        return saved
+
+    convgemm = fake_form(forms.CONVGEMM, {forms.ONNX_MODEL: b"a convgemm graph"})
+    dequant = fake_form(forms.DEQUANT, {forms.MODEL: b"<xml/>", "model.bin": b"weights"})
+    convgemm_graphs = fake_graphs(convgemm / forms.ONNX_MODEL)
+    shipped_graph = graphs / "kokoro-v1.0.int8.timed-1-2-ort1.0-avx2.onnx"
+    shipped_graph.write_bytes(b"graph")
+
+    def tune(form: str) -> None:
+        choice = tuning.Candidate("onnxruntime", "f32", 1, 2, form=form)
+        tuning.write(baked, tuning.Manifest(key=tuning.TuneKey.here(read_budget().cpus, digest), choice=choice,
+                                            why=f"{form} 1 x 2", table=[]))
+
+    monkeypatch.setenv("TTS_BAKED_CACHE_DIR", str(baked))
+    monkeypatch.setenv("TTS_CACHE_DIR", str(cache_dir))
+    tune(forms.CONVGEMM)
+    assert main(["--prune-forms"]) == 0
+    assert not dequant.exists() and convgemm.is_dir() and all(g.is_file() for g in convgemm_graphs)
+    assert shipped_graph.is_file()
+    # Chosen the file as shipped (no form), the convgemm form and its graphs, portable and packed, leave too.
+    tune(forms.ONNX)
+    assert main(["--prune-forms"]) == 0
+    assert not convgemm.exists() and not any(g.exists() for g in convgemm_graphs)
+    assert sorted(graphs.iterdir()) == [shipped_graph] and not list((baked / "forms").glob("*/*"))
