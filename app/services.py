@@ -47,9 +47,11 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
         process.prestart()
         if settings.released_bridge and spec.has_bridge:
             standby = process.standby
+        elif settings.released_process:
+            standby = process.idle_standby
     else:
         runtime = build_runtime(spec)
-    if settings.released_bridge and standby is None:
+    if settings.released_bridge and not (settings.inference_process and spec.has_bridge):
         log.warning("TTS_RELEASED_BRIDGE is ignored: it needs the inference process (TTS_INFERENCE_PROCESS) and "
                     "a bridge (TTS_RESTORE_BRIDGE, a primary other than the bridge's own form)")
     writable, baked = spec.writable, settings.baked_cache_dir

@@ -194,6 +194,12 @@ class Settings:
     the session's opening (a restore's 0.45-0.75 s here), and the primary loads behind that request as after any
     restore. It costs the released state that process and its session: about 180 MB here (README, "Lifecycle"). Needs
     `TTS_INFERENCE_PROCESS` and `TTS_RESTORE_BRIDGE`; ignored (and logged) without them."""
+    released_process: bool = True
+    """After a release, start the next inference process at once: it imports its runtime, gives back the page cache
+    and library pages that read, and waits holding no model, so a restore skips the process's start and imports
+    (about 0.35 s of released -> first audio on a 2-vCPU AMD EPYC, for about 35 MB of released memory: README,
+    "Lifecycle"). Needs `TTS_INFERENCE_PROCESS`; `TTS_RELEASED_BRIDGE` (a process with its bridge open) takes its
+    place where set. 0: nothing runs while released but the server."""
     malloc_arenas: int = 2
     """glibc malloc arenas (``M_ARENA_MAX``); fewer arenas return more memory on release; 0 keeps glibc's default."""
     malloc_mmap_threshold_kb: int = 256

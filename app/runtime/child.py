@@ -78,6 +78,10 @@ class InferenceLoop:
                     self._begin_preload(message)
                 case messages.Load(mode=mode, wait_for_request=wait):
                     self._load(mode, wait)
+                case messages.Shed():
+                    # Handled once the imports are done (they come before this loop): what they read is what goes.
+                    pagecache.evict(pagecache.loaded_files())
+                    pagecache.page_out_mappings()
                 case messages.ListFiles(ident=ident):
                     # The runtime's files, and every library and module this process loaded: the server
                     # evicts them from the page cache once this process has ended.

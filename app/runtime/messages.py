@@ -58,11 +58,18 @@ class ListFiles:
 
 
 @dataclass(frozen=True)
+class Shed:
+    """Give back what this process's start read, and wait for a load (an idle standby after a release:
+    `app.runtime.proxy.ProcessRuntime.idle_standby`): its imports' files leave the page cache, its mapped libraries'
+    clean pages are paged out."""
+
+
+@dataclass(frozen=True)
 class Exit:
     """End now; nothing is in flight (the lifecycle releases only when idle)."""
 
 
-ToChild = Load | Preload | Infer | ListFiles | Exit
+ToChild = Load | Preload | Infer | ListFiles | Shed | Exit
 
 # --- inference process -> server ---------------------------------------------------------------
 

@@ -201,6 +201,21 @@ class ProcessRuntime:
         except OSError:
             self._reap()
 
+    def idle_standby(self) -> None:
+        """After a release (`app.settings.Settings.released_process`): start a fresh inference process at once, which
+        imports its runtime, gives back what that read (`messages.Shed`) and waits, holding no model; the restore's
+        load goes to it instead of starting one. A process that dies meanwhile costs nothing more: the restore starts
+        another, as without it."""
+        if self._child is not None:
+            return
+        self._start(" to wait, imported, for the next restore")
+        child = self._child
+        assert child is not None
+        try:
+            child.send(messages.Shed())
+        except OSError:
+            self._reap()
+
     def _start(self, why: str = "") -> None:
         self.primary_error = None  # a fresh process tries the primary afresh
         self._child = _ChildProcess(self.child_module, self.spec)

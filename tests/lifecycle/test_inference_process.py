@@ -109,3 +109,48 @@ def test_the_inference_process_outlives_the_thread_that_started_it(server: LiveS
     assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
     speak(server, "Short and sweet.")
     assert [c.pid for c in children(server)] == [child.pid]
+
+
+def test_a_release_starts_the_next_process_which_waits_imported_and_serves_the_restore(
+        cache_dir: Path, tmp_path: Path) -> None:
+    """``TTS_RELEASED_PROCESS`` (the default): a release ends the inference process and starts the next one at once;
+    it imports its runtime, gives back what that read and waits holding no model. The next request's restore loads
+    into it (no process started for it), and one that died while released is replaced by the restore."""
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret",
+                     released_process="1") as server:
+        def started() -> int:
+            return server.log().count("inference process")
+
+        warm = speak(server)
+        (child,) = children(server)
+        release(server)
+        (idle,) = children(server)
+        assert idle.pid != child.pid
+        assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
+        assert "to wait, imported, for the next restore" in server.log()
+        deadline = time.monotonic() + 30
+        while not mapped(idle.pid, "onnxruntime"):  # its imports done (the bridge's runtime)
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert not mapped(idle.pid, "libopenvino")  # no model, no primary runtime
+        assert idle.memory_info().rss < 200 << 20
+        assert lifecycle(server)["state"] == "released"
+
+        processes = started()
+        bridged = speak(server)
+        assert started() == processes and [c.pid for c in children(server)] == [idle.pid]
+        assert abs(len(bridged) - len(warm)) < 0.1 * len(warm)
+
+        release(server)
+        (second,) = children(server)
+        second.kill()  # dies while released: the restore starts another, as without it
+        deadline = time.monotonic() + 30
+        while second.is_running() and second.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        processes = started()
+        again = speak(server)
+        assert abs(len(again) - len(warm)) < 0.1 * len(warm)
+        assert started() == processes + 1
+        (fresh,) = children(server)
+        assert fresh.pid != second.pid
