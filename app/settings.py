@@ -192,12 +192,13 @@ class Settings:
     """After a release, start a fresh inference process at once that opens only the ONNX Runtime bridge and holds
     it while released: the next request is served by that session without waiting for a process, its imports and
     the session's opening (a restore's 0.45-0.75 s here), and the primary loads behind that request as after any
-    restore. It costs the released state that process and its session: about 180 MB here (README, "Lifecycle"). Needs
+    restore. It costs the released state that process and its session: about 180 MB on a Xeon, 195 MB on an AVX2
+    EPYC (README, "Lifecycle"). Needs
     `TTS_INFERENCE_PROCESS` and `TTS_RESTORE_BRIDGE`; ignored (and logged) without them."""
     released_process: bool = True
     """After a release, start the next inference process at once: it imports its runtime, gives back the page cache
     and library pages that read, and waits holding no model, so a restore skips the process's start and imports
-    (about 0.35 s of released -> first audio on a 2-vCPU AMD EPYC, for about 35 MB of released memory: README,
+    (the restore 0.52-0.60 s instead of 0.70-0.90 s on a 2-vCPU AMD EPYC, for 34 MB of released memory: README,
     "Lifecycle"). Needs `TTS_INFERENCE_PROCESS`; `TTS_RELEASED_BRIDGE` (a process with its bridge open) takes its
     place where set. 0: nothing runs while released but the server."""
     malloc_arenas: int = 2
