@@ -11,6 +11,7 @@ at its first start. The image build runs it (see Containerfile).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -26,7 +27,7 @@ from app.runtime.backends.base import Backend, Resolved
 from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.compile_cache import Target, cache_key, write_manifest
 from app.runtime.modelfile import sha256_of
-from app.sizing import PoolShape, read_budget, shape_for
+from app.sizing import CpuBudget, PoolShape, read_budget, shape_for
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
 
@@ -85,7 +86,18 @@ def save_bridge_graph(model_path: Path, out: Path) -> Path:
     return _save_graph(model_path, out / "onnxruntime", prepacked=False)
 
 
-def save_packed_graphs() -> list[Path]:
+def _budget(cpus: int) -> CpuBudget:
+    """This machine's CPU budget, or one of ``cpus`` CPUs (the image tuned for a smaller budget than the build's:
+    the Containerfile's ``TUNE_CPUS``), so that the tuned choice is resolved as the image's server will resolve it."""
+    budget = read_budget()
+    if cpus <= 0:
+        return budget
+    if cpus > budget.cpus:
+        raise ValueError(f"--cpus {cpus} is more than this machine's budget of {budget.cpus}")
+    return dataclasses.replace(budget, affinity=cpus, quota=None)
+
+
+def save_packed_graphs(cpus: int = 0) -> list[Path]:
     """ONNX Runtime's optimized graphs, with the weights packed for this CPU, of what a server started with this
     environment opens (its bridge's file, and the served file where ONNX Runtime serves it: the tuned choice
     baked into ``TTS_BAKED_CACHE_DIR``), saved there beside the portable ones. Named for this CPU's flags
@@ -98,7 +110,7 @@ def save_packed_graphs() -> list[Path]:
     settings = Settings.from_process()
     if settings.baked_cache_dir is None:
         raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: nowhere to save the packed graphs")
-    found = resolve(settings, read_budget())
+    found = resolve(settings, _budget(cpus))
     spec = found.spec
     models = [spec.bridge_path or spec.model_path]
     if found.settings.backend == "onnxruntime":
@@ -107,14 +119,15 @@ def save_packed_graphs() -> list[Path]:
             for model in dict.fromkeys(models)]
 
 
-def prune_forms() -> list[Path]:
+def prune_forms(cpus: int = 0) -> list[Path]:
     """Remove from ``TTS_BAKED_CACHE_DIR`` the model forms that a server started with this environment does not
     open, with ONNX Runtime's graphs of them; returns the form directories removed.
 
     The tuning run makes every form it measures and the image keeps what it made, but a server opens at most two:
     the tuned choice's form and the bridge's (`app.served.resolve`); where the manifest does not apply (another
     CPU) it serves the file as shipped. Each form is a copy of the model, 90-320 MB. For a tuned image only: run
-    after the manifest is in place. A server given other settings at run time that would want a removed form
+    after the manifest is in place, with the budget it was tuned for (``cpus``); where no manifest applies to that
+    budget nothing is removed. A server given other settings at run time that would want a removed form
     (``TTS_STREAMS`` changing the bridge's width) serves without it, logged, as where it was never made."""
     from app.runtime import forms
     from app.runtime.backends.onnxruntime import saved_graphs
@@ -125,7 +138,14 @@ def prune_forms() -> list[Path]:
     baked = settings.baked_cache_dir
     if baked is None:
         raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: no forms to prune")
-    spec = resolve(settings, read_budget()).spec
+    found = resolve(settings, _budget(cpus))
+    if found.choice.source != "tuned":
+        # Nothing chosen for this budget: every form would look unused. Keep them (a build whose tuning failed,
+        # or run for another budget than the tuning's).
+        log.warning("no tuning manifest applies to a %d-CPU budget here (%s): no form removed", _budget(cpus).cpus,
+                    found.choice.reason)
+        return []
+    spec = found.spec
     opened = {p.parent.resolve() for p in (spec.model_path, spec.bridge_path) if p is not None}
     removed = []
     for record in sorted((baked / "forms").glob(f"*/*/{forms.RECORD}")):
@@ -200,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--packed-for-choice", action="store_true",
                         help="only save, for what a server started with this environment opens (the tuned choice), "
                              "ONNX Runtime's graphs with their weights packed for this CPU (--model and --out unused)")
+    parser.add_argument("--cpus", type=int, default=0,
+                        help="with --packed-for-choice and --prune-forms: the CPU budget the image was tuned for "
+                             "(python -m app tune --cpus); default: this machine's")
     parser.add_argument("--prune-forms", action="store_true",
                         help="only remove from TTS_BAKED_CACHE_DIR the model forms a server started with this "
                              "environment does not open, and their graphs (--model and --out unused)")
@@ -207,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.packed_for_choice or args.prune_forms:
         if args.prune_forms:
-            prune_forms()
+            prune_forms(args.cpus)
         if args.packed_for_choice:
-            save_packed_graphs()
+            save_packed_graphs(args.cpus)
         return 0
     if args.model is None or args.out is None:
         parser.error("--model and --out are required")
