@@ -193,8 +193,8 @@ class Settings:
     it while released: the next request is served by that session without waiting for a process, its imports and
     the session's opening (a restore's 0.45-0.75 s here), and the primary loads behind that request as after any
     restore. It costs the released state that process and its session: about 180 MB on a Xeon, 195 MB on an AVX2
-    EPYC (README, "Lifecycle"). Needs
-    `TTS_INFERENCE_PROCESS` and `TTS_RESTORE_BRIDGE`; ignored (and logged) without them."""
+    EPYC (README, "Lifecycle"). Needs `TTS_INFERENCE_PROCESS` and `TTS_RESTORE_BRIDGE`; ignored (and logged) without
+    them."""
     released_process: bool = True
     """After a release, start the next inference process at once: it imports its runtime, gives back the page cache
     and library pages that read, and waits holding no model, so a restore skips the process's start and imports

@@ -138,11 +138,12 @@ def prune_forms(cpus: int = 0) -> list[Path]:
     baked = settings.baked_cache_dir
     if baked is None:
         raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: no forms to prune")
-    found = resolve(settings, _budget(cpus))
+    budget = _budget(cpus)
+    found = resolve(settings, budget)
     if found.choice.source != "tuned":
         # Nothing chosen for this budget: every form would look unused. Keep them (a build whose tuning failed,
         # or run for another budget than the tuning's).
-        log.warning("no tuning manifest applies to a %d-CPU budget here (%s): no form removed", _budget(cpus).cpus,
+        log.warning("no tuning manifest applies to a %d-CPU budget here (%s): no form removed", budget.cpus,
                     found.choice.reason)
         return []
     spec = found.spec

@@ -191,28 +191,26 @@ class ProcessRuntime:
         bridge now and holds it, its primary's load held until a restore asks (`messages.Preload` with ``hold``);
         the restore's `load_bridged` is answered with that bridge at once. A process that fails or dies meanwhile
         costs nothing more: the restore starts another, as without a standby."""
-        if self._child is not None or not self.spec.has_bridge:
-            return
-        self._start(" to hold the bridge while released")
-        child = self._child
-        assert child is not None
-        try:
-            child.send(messages.Preload("bridged", wait_for_request=True, hold=True))
-        except OSError:
-            self._reap()
+        if self.spec.has_bridge:
+            self._start_released(" to hold the bridge while released",
+                                 messages.Preload("bridged", wait_for_request=True, hold=True))
 
     def idle_standby(self) -> None:
         """After a release (`app.settings.Settings.released_process`): start a fresh inference process at once, which
         imports its runtime, gives back what that read (`messages.Shed`) and waits, holding no model; the restore's
         load goes to it instead of starting one. A process that dies meanwhile costs nothing more: the restore starts
         another, as without it."""
+        self._start_released(" to wait, imported, for the next restore", messages.Shed())
+
+    def _start_released(self, why: str, first: messages.ToChild) -> None:
+        """A fresh inference process while released, sent ``first``; none where one runs (a release ends it)."""
         if self._child is not None:
             return
-        self._start(" to wait, imported, for the next restore")
+        self._start(why)
         child = self._child
         assert child is not None
         try:
-            child.send(messages.Shed())
+            child.send(first)
         except OSError:
             self._reap()
 
