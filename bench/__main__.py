@@ -21,7 +21,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import audit, coldstart, latency, overload, report, runner, soak
+from bench import audit, coldstart, configs, latency, overload, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -35,6 +35,14 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in text.split(",") if v.strip())
+
+
+def _pool(text: str) -> str:
+    try:
+        configs.parse_pool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip().lower()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,6 +75,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="serve the complete system untuned (TTS_BACKEND=auto finds no manifest: OpenVINO)")
     run.add_argument("--tuned-dir", type=Path,
                      help="reuse the manifest a tuning run left in DIR/tuning/ instead of tuning first")
+    run.add_argument("--no-ceiling", dest="ceiling_1x1", action="store_false", default=None,
+                     help="skip the in-process OpenVINO 1 stream x 1 thread run over the corpus (the raw runtime's "
+                          "ceiling: minutes of one thread on a many-core machine)")
+    run.add_argument("--pool", type=_pool,
+                     help="STREAMSxTHREADS in place of the sizing rule's shape for the sized and complete "
+                          "configurations (the study's 8x2 on a machine whose rule picks another); default: the rule's")
     rep = sub.add_parser("report", help="rebuild report.md, plots and figures.json from RUN/results.json")
     rep.add_argument("run", type=Path)
     rep.add_argument("--readme", action="store_true", help="print the headline table for the README instead")
@@ -88,7 +102,8 @@ def _options(args: argparse.Namespace, command: str) -> runner.Options:
             else runner.Options(out=out, cache_dir=args.cache_dir, command=command))
     overrides = {name: getattr(args, name) for name in (
         "configs", "clients", "ramp_s", "window_s", "drain_s", "idle_s", "quiet_window_s", "release_cycles",
-        "growth_cycles", "cold_starts", "corpus", "items", "tune", "tuned_dir") if getattr(args, name) is not None}
+        "growth_cycles", "cold_starts", "corpus", "items", "tune", "tuned_dir", "pool",
+        "ceiling_1x1") if getattr(args, name) is not None}
     return dataclasses.replace(base, **overrides)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.sizing import CpuBudget, shape_for
+from app.sizing import CpuBudget, PoolShape, shape_for
 
 Kind = Literal["defaults", "sized", "complete"]
 DEFAULTS_SLOTS = 4
@@ -82,10 +82,19 @@ class ServerConfig:
         return env
 
 
-def grid(budget: CpuBudget) -> list[tuple[int, int]]:
-    """Streams x threads to try: the rule's shape, one thread per core, and fewer, wider streams."""
+def parse_pool(text: str) -> PoolShape:
+    """``"8x2"`` as 8 streams of 2 threads; ValueError for anything else."""
+    streams, sep, threads = text.strip().lower().partition("x")
+    if not sep or not streams.isdigit() or not threads.isdigit() or int(streams) < 1 or int(threads) < 1:
+        raise ValueError(f"expected STREAMSxTHREADS such as 8x2, got {text!r}")
+    return PoolShape(streams=int(streams), threads_per_stream=int(threads))
+
+
+def grid(budget: CpuBudget, pool: PoolShape | None = None) -> list[tuple[int, int]]:
+    """Streams x threads to try: the rule's shape (or ``pool`` in its place), one thread per core, and fewer, wider
+    streams."""
     cores = budget.cores
-    auto = shape_for(budget)
+    auto = pool or shape_for(budget)
     shapes = {(auto.streams, auto.threads_per_stream), (cores, 1)}
     for threads in (2, 4):
         if cores >= threads:
@@ -93,16 +102,17 @@ def grid(budget: CpuBudget) -> list[tuple[int, int]]:
     return sorted(shapes, key=lambda s: (-s[0], s[1]))
 
 
-def all_configs(budget: CpuBudget) -> list[ServerConfig]:
-    """Every configuration for this machine, in the order the runner measures them."""
-    auto = shape_for(budget)
+def all_configs(budget: CpuBudget, pool: PoolShape | None = None) -> list[ServerConfig]:
+    """Every configuration for this machine, in the order the runner measures them. ``pool`` stands in for the
+    rule's shape (``bench run --pool``): the study's 8 x 2 pool on a machine whose rule picks another, say."""
+    auto = pool or shape_for(budget)
     configs = [
         ServerConfig("ort-defaults", "ONNX Runtime, runtime defaults", "onnxruntime", "defaults", DEFAULTS_SLOTS, 0),
         ServerConfig("ort-sized", f"ONNX Runtime, {auto.streams} sessions x {auto.threads_per_stream} threads",
                      "onnxruntime", "sized", auto.streams, auto.threads_per_stream, auto=True),
         ServerConfig("ov-defaults", "OpenVINO, runtime defaults", "openvino", "defaults", DEFAULTS_SLOTS, 0),
     ]
-    for streams, threads in grid(budget):
+    for streams, threads in grid(budget, pool):
         is_auto = (streams, threads) == (auto.streams, auto.threads_per_stream)
         configs.append(ServerConfig(f"ov-sized-{streams}x{threads}",
                                     f"OpenVINO, {streams} streams x {threads} threads" + (" (the rule)" if is_auto

@@ -40,7 +40,7 @@ from app.runtime import modelfile, tuning
 from app.sizing import read_budget
 from bench import checks, client, figures, inprocess, load, machine, plots, report
 from bench import corpus as corpus_mod
-from bench.configs import ServerConfig, all_configs, select
+from bench.configs import ServerConfig, all_configs, parse_pool, select
 from bench.meter import MB, Reading, Sampler, files_under
 from bench.server import Server
 from lifecycle.pagecache import evict
@@ -92,6 +92,9 @@ class Options:
     """Run ``python -m app tune`` first, and serve the complete system with its choice (``TTS_BACKEND=auto``)."""
     tuned_dir: Path | None = None
     """Reuse the manifest a tuning run left here instead of tuning again."""
+    pool: str = ""
+    """``SxT``: the pool shape that stands in for the sizing rule's (the sized and complete configurations); empty: the
+    rule's, from this machine's CPU budget."""
 
     @property
     def serves_tuned(self) -> bool:
@@ -149,8 +152,8 @@ class Run:
         corpus = corpus_mod.load(options.corpus)
         self.corpus = corpus.subset(options.items) if options.items else corpus
         self.budget = read_budget()
-        self.configs = select(all_configs(self.budget), options.configs) if options.configs else all_configs(
-            self.budget)
+        every = all_configs(self.budget, parse_pool(options.pool) if options.pool else None)
+        self.configs = select(every, options.configs) if options.configs else every
         self.short = self.corpus.shortest()
         self.model = Path()
         self.results: dict[str, Any] = {}

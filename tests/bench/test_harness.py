@@ -51,6 +51,24 @@ def test_the_grid_on_two_and_sixteen_cores() -> None:
         4, 2, True, True)
 
 
+def test_a_pool_given_stands_in_for_the_rule() -> None:
+    # 16 vCPUs on 8 SMT cores: the rule picks 4 x 2; --pool 8x2 gives the study's shape to the sized and complete
+    # configurations (and the grid) without changing the others.
+    sixteen = CpuBudget(host_logical=32, host_physical=16, affinity=32, quota=16.0)
+    pool = configs.parse_pool("8X2")
+    assert (pool.streams, pool.threads_per_stream) == (8, 2)
+    assert configs.grid(sixteen, pool) == [(8, 1), (8, 2), (4, 2), (2, 4)]
+    by_name = {c.name: c for c in configs.all_configs(sixteen, pool)}
+    assert by_name["ov-sized-8x2"].auto and not by_name["ov-sized-8x1"].auto
+    assert (by_name["complete"].streams, by_name["complete"].threads_per_stream) == (8, 2)
+    assert (by_name["ort-sized"].streams, by_name["ort-sized"].threads_per_stream) == (8, 2)
+    assert by_name["ort-defaults"].shape == "runtime defaults"
+    assert not by_name["ov-sized-4x2"].auto
+    for bad in ("8", "8x", "x2", "0x2", "8x0", "8*2", "ax2"):
+        with pytest.raises(ValueError, match="STREAMSxTHREADS"):
+            configs.parse_pool(bad)
+
+
 def test_only_the_complete_system_has_cache_lifecycle_and_the_wide_session() -> None:
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     for config in configs.all_configs(two):
