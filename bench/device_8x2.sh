@@ -4,7 +4,7 @@
 #
 # The dependencies travel as cp312 wheels unpacked, trimmed (OpenVINO's GPU/NPU plugins and its non-ONNX front
 # ends, spaCy's tests) and packed as xz tarballs, themselves tarred and split into parts of at most 47.4 MB, since
-# one call carries 64 MiB with the tree: each call brings one part into .stage/ and the last runs this script,
+# one call carries 64 MiB with the tree: each call brings one part into $STAGE (default /tmp/stage: the tree's ignored folders do not survive between calls) and the last runs this script,
 # which unpacks them into $SITE and runs `python -m bench run` under a time limit (results are saved after every
 # configuration, so a run cut short still leaves what it measured), then packs what it wrote into $OUT.
 #
@@ -13,7 +13,7 @@
 set -uo pipefail
 out=${OUT:?OUT: the folder whose files come back}
 site=${SITE:-/tmp/dsite}
-stage=.stage
+stage=${STAGE:-/tmp/stage}
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 say() { echo "[$(date -u +%T)] $*"; }

@@ -76,6 +76,7 @@ def summarize(name: str, record: Mapping[str, Any], results: Mapping[str, Any]) 
         "peak_memory_mb": record.get("peak_mb"),
         "peak_at_mb": memory_load.get(at, {}).get("max_mb"),
         "cold_start_s": record.get("start", {}).get("cold_start_s"),
+        "checks_run": "checks" in results,
         "checks_passed": bool(check.get("passed")),
         "check_error": check.get("error"),
         "run_errors": record.get("errors", []),

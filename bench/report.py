@@ -31,6 +31,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _status(summary: Mapping[str, Any]) -> str:
+    if not summary.get("checks_run", True):
+        return "not run (the run ended before its checks)"
     if summary.get("check_error"):
         return "FAIL (no audio)"
     if not summary.get("checks_passed"):

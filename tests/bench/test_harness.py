@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from app.sizing import CpuBudget
-from bench import configs, cost, load, meter
+from bench import configs, cost, figures, load, meter, report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +67,19 @@ def test_a_pool_given_stands_in_for_the_rule() -> None:
     for bad in ("8", "8x", "x2", "0x2", "8x0", "8*2", "ax2"):
         with pytest.raises(ValueError, match="STREAMSxTHREADS"):
             configs.parse_pool(bad)
+
+
+def test_a_run_cut_short_before_its_checks_says_so() -> None:
+    # bench/device_8x2.sh stops a run at its time limit; the results saved so far have no "checks" yet, which the
+    # report once showed as a failed output check.
+    record = {"config": {"kind": "sized", "shape": "8x2"}, "levels": [{"clients": 1, "efficiency": 0.9,
+                                                                          "throughput": 1.8, "errors": 0}]}
+    results: dict[str, Any] = {"run": {"options": {"clients": [1]}}, "configs": {"ov-sized-8x2": record}}
+    assert report._status(figures.summarize("ov-sized-8x2", record, results)).startswith("not run")
+    results["checks"] = {"configs": {"ov-sized-8x2": {"passed": False}}}
+    assert report._status(figures.summarize("ov-sized-8x2", record, results)) == "FAIL"
+    results["checks"] = {"configs": {"ov-sized-8x2": {"passed": True}}}
+    assert report._status(figures.summarize("ov-sized-8x2", record, results)).startswith("pass")
 
 
 def test_only_the_complete_system_has_cache_lifecycle_and_the_wide_session() -> None:
