@@ -29,7 +29,14 @@ Contract:
   finds every slot free and nobody waiting takes them all and runs once on the runtime's wide session (all
   the pool's threads on one inference); chunks that come meanwhile wait for it like for any busy slot, and
   where any slot is busy the chunk takes a plain slot at once. Its speed is not a stream's, so it does not
-  enter the measured seconds per token or the real-time capacity.
+  enter the measured seconds per token or the real-time capacity. Whether it pays is measured, not assumed
+  (``wide_trials``): a request's later chunks that find the pool idle run wide, then on one plain slot of the idle
+  pool, ``wide_trials`` times each (later chunks have playback slack to spend on a trial; first chunks run wide
+  meanwhile); from then on a chunk that finds the pool idle, first or later, runs wide only where the wide session's
+  recent seconds per token are below `WIDE_GAIN` times the lone stream's (one lone later chunk in `WIDE_RETRY` takes
+  the other path, to keep its figure current). On the 16-vCPU Xeon of 2026-12-04 (a gVisor
+  sandbox) the bridge on 16 threads made a lone request 2.7 x slower per CPU-second than one 2-thread stream
+  (bench/results/device-20261204-xeon16-8x2); on 2 vCPUs it is the faster (README, "The wide session").
 - Chunk sizes from the same clock: `Playback.chunk_bound` gives a request's next later chunk as many
   tokens as the pool infers (at its measured seconds per token) in that request's slack, between the
   first chunk's bound and the largest chunk; the engine cuts the chunk when it is due (`app.engine`).
@@ -42,6 +49,7 @@ import heapq
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +68,14 @@ RATE_MEMORY = 0.2
 """Weight of the newest inference in the exponential averages of speed."""
 MIN_OBSERVED = 4
 """Inferences seen before the measured capacity is trusted for admission."""
+WIDE_GAIN = 0.9
+"""The wide session keeps a lone chunk only while its seconds per token are below this times a lone stream's: it
+holds every slot, so it must be clearly faster, not within noise."""
+WIDE_SAMPLES = 8
+"""Recent inferences per path (wide, lone stream) whose seconds per token decide."""
+WIDE_RETRY = 50
+"""Once decided, every this many lone chunks one runs on the path not taken, so its figure follows the machine
+(a noisy neighbour during the trials, a restore)."""
 
 
 @dataclass
@@ -122,7 +138,8 @@ class _Waiter:
 
 class StreamPool:
     def __init__(self, slots: int, queue_size: int, *, scheduler: str = "deadline", margin_s: float = 1.0,
-                 realtime_factor: float = 0.0, slack_headroom: float = 0.0, first_credit_s: float = 0.0) -> None:
+                 realtime_factor: float = 0.0, slack_headroom: float = 0.0, first_credit_s: float = 0.0,
+                 wide_trials: int = 0) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
         if scheduler not in SCHEDULERS:
@@ -155,6 +172,13 @@ class StreamPool:
         the wide session); for tests and the info endpoint."""
         self.held_back = 0
         """First chunks that waited for real-time capacity."""
+        self.wide_trials = wide_trials
+        """Inferences of each path (wide, one stream of the idle pool) measured before a chunk that finds the pool
+        idle is sent by their speed; 0 sends every such chunk wide, unmeasured."""
+        self._lone: dict[str, deque[tuple[float, int]]] = {
+            "wide": deque(maxlen=WIDE_SAMPLES), "stream": deque(maxlen=WIDE_SAMPLES)}
+        self._grants = 0
+        self._lone_chunks = 0
 
     @property
     def capacity(self) -> int:
@@ -202,12 +226,48 @@ class StreamPool:
             return True
         return capacity >= self.slack_headroom * max(1, self._playing, self._admitted)
 
+    def lone_seconds_per_token(self, path: str) -> float | None:
+        """Recent seconds per token of ``path`` (``wide`` or ``stream``) for a chunk alone on the pool; None before
+        any."""
+        found = self._lone[path]
+        tokens = sum(t for _, t in found)
+        return sum(s for s, _ in found) / tokens if tokens else None
+
+    @property
+    def wide_state(self) -> str:
+        """``measuring`` (`wide_trials` inferences of each path not yet seen), ``on`` or ``off`` (by the measured
+        speeds), or ``unmeasured`` (``wide_trials`` 0: every lone chunk runs wide)."""
+        if self.wide_trials <= 0:
+            return "unmeasured"
+        if min(len(found) for found in self._lone.values()) < self.wide_trials:
+            return "measuring"
+        return "on" if self._wide_pays() else "off"
+
+    def _wide_pays(self) -> bool:
+        wide, stream = self.lone_seconds_per_token("wide"), self.lone_seconds_per_token("stream")
+        return wide is not None and stream is not None and wide < WIDE_GAIN * stream
+
+    def _goes_wide(self, first: bool) -> bool:
+        """Whether a chunk that finds the pool idle runs wide (see the module docstring). Trials take later chunks
+        only, which have playback slack to spend: a first chunk runs wide while measuring, then by the figures."""
+        if self.wide_trials <= 0:
+            return True
+        if min(len(found) for found in self._lone.values()) < self.wide_trials:
+            return first or len(self._lone["wide"]) < self.wide_trials
+        if first:
+            return self._wide_pays()
+        self._lone_chunks += 1
+        return self._wide_pays() != (self._lone_chunks % WIDE_RETRY == 0)
+
     def snapshot(self) -> dict[str, object]:
         return {"scheduler": self.scheduler, "busy": self._busy, "waiting": self.waiting, "playing": self._playing,
                 "admitted": self._admitted, "realtime_capacity": self.realtime_capacity,
                 "realtime_factor": self.realtime_factor, "keeps_up": self.keeps_up(),
                 "seconds_per_token": self.seconds_per_token,
-                "granted": dict(self.granted), "held_back": self.held_back}
+                "granted": dict(self.granted), "held_back": self.held_back,
+                "wide": {"state": self.wide_state, "trials": self.wide_trials,
+                         "seconds_per_token": self.lone_seconds_per_token("wide"),
+                         "stream_alone_seconds_per_token": self.lone_seconds_per_token("stream")}}
 
     @contextmanager
     def admit(self) -> Iterator[None]:
@@ -249,22 +309,35 @@ class StreamPool:
         ``tokens`` prices the chunk (its expected inference time counts into its deadline and the
         measured seconds per token); ``audio_s`` reads the audio-seconds a result holds, for the
         measured real-time capacity. With ``wide``, a chunk that finds the whole pool idle runs as
-        ``fn(WIDE)`` holding every slot (see the module docstring).
+        ``fn(WIDE)`` holding every slot, where that is measured to pay (see the module docstring).
         """
         first = clock is None or clock.started is None
-        slot = self._take_all() if wide and self._idle(first) else await self._acquire(clock, tokens, first)
+        lone = wide and self._idle(first)
+        if lone and self._goes_wide(first):
+            slot = self._take_all()
+        elif lone:
+            slot = self._free.pop()
+        else:
+            slot = await self._acquire(clock, tokens, first)
         held = self.slots if slot == WIDE else 1
         self._busy += held
         self.granted["first" if first else "later"] += 1
         self.granted["wide"] += slot == WIDE
+        self._grants += 1
+        grants = self._grants
         started = time.monotonic()
         try:
             result = await anyio.to_thread.run_sync(fn, slot, limiter=self._limiter)
         finally:
             self._busy -= held
             self._release(slot)
+        elapsed = time.monotonic() - started
+        # A lone later chunk's speed counts for its path only if it stayed alone (no other grant while it ran);
+        # first chunks are left out, so both paths are priced on the same kind of chunk.
+        if lone and not first and tokens > 0 and elapsed > 0 and (slot == WIDE or self._grants == grants):
+            self._lone["wide" if slot == WIDE else "stream"].append((elapsed, tokens))
         if slot != WIDE:
-            self._observe(time.monotonic() - started, tokens, audio_s(result) if audio_s is not None else 0.0)
+            self._observe(elapsed, tokens, audio_s(result) if audio_s is not None else 0.0)
         return result
 
     # --- scheduling ------------------------------------------------------------------------------

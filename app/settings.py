@@ -139,6 +139,13 @@ class Settings:
     faster where OpenVINO's form is, at about 0.65 GB more warm memory) or ``auto``: the bridge, except that under
     a tuned choice whose tuning run measured the bridge no faster than one stream of the chosen form the wide
     session is off (`app.runtime.tuning.wide_choice`)."""
+    wide_trials: int = 3
+    """Lone later chunks (a request's chunks after its first, which have playback slack to spend) measured on each
+    path, the wide session and one stream of the idle pool, before the pool sends a chunk that finds it idle by
+    their speed: wide only while the wide session's recent seconds per token are under 0.9 times one stream's
+    (`app.pool.WIDE_GAIN`); first chunks run wide until then. ``/v1/info`` shows ``pool.wide``. On the 16-vCPU Xeon of
+    2026-12-04 (gVisor) the bridge on 16 threads made a lone client 2.7 x slower per CPU-second than one 2-thread
+    stream (bench/results/device-20261204-xeon16-8x2). 0 sends every lone chunk wide, unmeasured."""
     slack_chunks: bool = True
     """Size each later chunk when it is due from its request's playback slack (audio sent, less playback
     elapsed, less ``TTS_DEADLINE_MARGIN_S``) and the pool's measured seconds per token: as many tokens as
@@ -280,6 +287,7 @@ class Settings:
             ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,
              "0 (off) or between 10 and 510"),
             ("wide_form", self.wide_form in WIDE_FORMS, f"one of {', '.join(WIDE_FORMS)}"),
+            ("wide_trials", 0 <= self.wide_trials <= 100, "between 0 (unmeasured) and 100"),
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),

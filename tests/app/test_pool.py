@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from app import pool as pool_module
 from app.errors import Overloaded
 from app.pool import Playback, StreamPool
 from app.runtime.protocol import WIDE
@@ -290,6 +291,76 @@ def test_wide_inferences_do_not_price_the_streams() -> None:
             await pool.run(lambda slot: time.sleep(0.01), tokens=10, audio_s=lambda _: 1.0, wide=True)
         assert pool.granted["wide"] == 4
         assert pool.measured_seconds_per_token is None and pool.realtime_capacity is None
+
+    _run(main)
+
+
+@pytest.mark.parametrize(("wide_s", "stream_s", "state", "then"), [(0.05, 0.01, "off", "stream"),
+                                                                    (0.01, 0.05, "on", "wide")])
+def test_lone_chunks_measure_both_paths_then_take_the_faster(wide_s: float, stream_s: float, state: str,
+                                                             then: str) -> None:
+    """``TTS_WIDE_TRIALS``: the first lone chunks run wide, the next as many on one stream of the idle pool, then
+    each lone chunk takes the path with fewer seconds per token (the 16-vCPU Xeon's bridge on 16 threads was the
+    slower: bench/results/device-20261204-xeon16-8x2)."""
+    async def main() -> None:
+        pool = StreamPool(2, 8, wide_trials=2)
+
+        def infer(slot: int) -> int:
+            time.sleep(wide_s if slot == WIDE else stream_s)
+            return slot
+
+        later = _playing(pool, started_ago=0.0, sent_s=60.0)
+        paths = ["wide" if await pool.run(infer, tokens=10, wide=True, clock=later) == WIDE else "stream"
+                 for _ in range(6)]
+        assert paths == ["wide", "wide", "stream", "stream", then, then]
+        assert pool.wide_state == state
+        assert (await pool.run(infer, tokens=10, wide=True) == WIDE) == (then == "wide")  # a first chunk too
+        wide = pool.snapshot()["wide"]
+        assert isinstance(wide, dict) and wide["state"] == state
+        assert wide["seconds_per_token"] == pytest.approx(wide_s / 10, rel=0.8)
+        assert wide["stream_alone_seconds_per_token"] == pytest.approx(stream_s / 10, rel=0.8)
+
+    _run(main)
+
+
+def test_once_decided_one_lone_chunk_in_wide_retry_takes_the_other_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "WIDE_RETRY", 4)
+
+    async def main() -> None:
+        pool = StreamPool(2, 8, wide_trials=1)
+
+        def infer(slot: int) -> int:
+            time.sleep(0.01 if slot == WIDE else 0.04)
+            return slot
+
+        later = _playing(pool, started_ago=0.0, sent_s=60.0)
+        paths = ["W" if await pool.run(infer, tokens=10, wide=True, clock=later) == WIDE else "S" for _ in range(10)]
+        assert "".join(paths) == "WS" + "WWWS" * 2  # trials, then the stream path once in every 4
+        assert all([await pool.run(infer, tokens=10, wide=True) == WIDE for _ in range(8)])  # first chunks: no retry
+
+    _run(main)
+
+
+def test_a_lone_stream_chunk_joined_by_another_is_not_a_sample() -> None:
+    async def main() -> None:
+        pool = StreamPool(2, 8, wide_trials=1)
+        later = _playing(pool, started_ago=0.0, sent_s=60.0)
+        assert pool.wide_state == "measuring"
+        for _ in range(3):  # first chunks run wide while measuring, and are not samples
+            assert await pool.run(lambda slot: slot, tokens=10, wide=True) == WIDE
+        assert pool.lone_seconds_per_token("wide") is None
+        assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) == WIDE
+        assert pool.lone_seconds_per_token("wide") is not None
+        gate = Gate()
+        lone = asyncio.create_task(pool.run(gate.job("lone", hold=True), tokens=10, wide=True, clock=later))
+        await _until(lambda: pool.busy == 1)  # the stream path's trial, on one slot
+        assert await pool.run(lambda slot: slot, tokens=10, wide=True) != WIDE  # a first chunk joins on the other
+        gate.open("lone")
+        await lone
+        assert pool.lone_seconds_per_token("stream") is None and pool.wide_state == "measuring"
+        assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) != WIDE  # the trial, alone now
+        assert pool.lone_seconds_per_token("stream") is not None and pool.wide_state in ("on", "off")
+        assert StreamPool(2, 8).wide_state == "unmeasured"
 
     _run(main)
 
