@@ -105,6 +105,7 @@ class Engine:
         self.wide_chunk_tokens = wide_chunk_tokens if runtime.has_wide else 0
         """Chunks of at most this many tokens run on the runtime's wide session when the pool is idle (0: never,
         also where the runtime has none)."""
+        pool.measurable = lambda: not runtime.bridge_serving  # the bridge on every slot prices no path
         self.release_frontend = release_frontend
         self.start_bridge = start_bridge
         """Open the bridge at the first load too, not only at restores (`app.runtime.local`)."""

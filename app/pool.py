@@ -179,6 +179,10 @@ class StreamPool:
             "wide": deque(maxlen=WIDE_SAMPLES), "stream": deque(maxlen=WIDE_SAMPLES)}
         self._grants = 0
         self._lone_chunks = 0
+        self.measurable: Callable[[], bool] = lambda: True
+        """Whether a lone chunk's speed may price the two paths now: the engine makes it False while its runtime's
+        bridge serves (every slot and the wide session are then the same session, which says nothing of one
+        stream of the primary against the wide session)."""
 
     @property
     def capacity(self) -> int:
@@ -325,6 +329,7 @@ class StreamPool:
         self.granted["wide"] += slot == WIDE
         self._grants += 1
         grants = self._grants
+        measurable = lone and not first and self.measurable()
         started = time.monotonic()
         try:
             result = await anyio.to_thread.run_sync(fn, slot, limiter=self._limiter)
@@ -332,9 +337,11 @@ class StreamPool:
             self._busy -= held
             self._release(slot)
         elapsed = time.monotonic() - started
-        # A lone later chunk's speed counts for its path only if it stayed alone (no other grant while it ran);
-        # first chunks are left out, so both paths are priced on the same kind of chunk.
-        if lone and not first and tokens > 0 and elapsed > 0 and (slot == WIDE or self._grants == grants):
+        # A lone later chunk's speed counts for its path only if it stayed alone (no other grant while it ran) and
+        # the runtime served it from its primary throughout; first chunks are left out, so both paths are priced on
+        # the same kind of chunk.
+        if (measurable and tokens > 0 and elapsed > 0 and (slot == WIDE or self._grants == grants)
+                and self.measurable()):
             self._lone["wide" if slot == WIDE else "stream"].append((elapsed, tokens))
         if slot != WIDE:
             self._observe(elapsed, tokens, audio_s(result) if audio_s is not None else 0.0)

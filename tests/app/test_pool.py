@@ -341,6 +341,30 @@ def test_once_decided_one_lone_chunk_in_wide_retry_takes_the_other_path(monkeypa
     _run(main)
 
 
+def test_lone_chunks_price_no_path_while_the_bridge_serves() -> None:
+    # While the runtime's bridge serves, a slot and the wide session are the same session: no sample either way.
+    async def main() -> None:
+        pool = StreamPool(2, 8, wide_trials=1)
+        later = _playing(pool, started_ago=0.0, sent_s=60.0)
+        bridge = True
+        pool.measurable = lambda: not bridge
+        assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) == WIDE
+        assert pool.lone_seconds_per_token("wide") is None and pool.wide_state == "measuring"
+
+        def takes_over(slot: int) -> int:  # the primary takes over while this chunk runs on the bridge
+            nonlocal bridge
+            bridge = False
+            return slot
+
+        bridge = True
+        assert await pool.run(takes_over, tokens=10, wide=True, clock=later) == WIDE
+        assert pool.lone_seconds_per_token("wide") is None
+        assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) == WIDE  # the primary now
+        assert pool.lone_seconds_per_token("wide") is not None
+
+    _run(main)
+
+
 def test_a_lone_stream_chunk_joined_by_another_is_not_a_sample() -> None:
     async def main() -> None:
         pool = StreamPool(2, 8, wide_trials=1)
