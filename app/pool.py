@@ -34,9 +34,10 @@ Contract:
   pool, ``wide_trials`` times each (later chunks have playback slack to spend on a trial; first chunks run wide
   meanwhile); from then on a chunk that finds the pool idle, first or later, runs wide only where the wide session's
   recent seconds per token are below `WIDE_GAIN` times the lone stream's (one lone later chunk in `WIDE_RETRY` takes
-  the other path, to keep its figure current). On the 16-vCPU Xeon of 2026-12-04 (a gVisor
-  sandbox) the bridge on 16 threads made a lone request 2.7 x slower per CPU-second than one 2-thread stream
-  (bench/results/device-20261204-xeon16-8x2); on 2 vCPUs it is the faster (README, "The wide session").
+  the other path, to keep its figure current). On the 16-vCPU Xeon of 2026-12-04 (a gVisor sandbox) the server,
+  whose lone requests then ran on the bridge with 16 threads, made 2.7 x less audio per CPU-second at one client
+  than the same 8 x 2 pool without a wide session (bench/results/device-20261204-xeon16-8x2); on 2 vCPUs the wide
+  session is the faster (README, "How it works").
 - Chunk sizes from the same clock: `Playback.chunk_bound` gives a request's next later chunk as many
   tokens as the pool infers (at its measured seconds per token) in that request's slack, between the
   first chunk's bound and the largest chunk; the engine cuts the chunk when it is due (`app.engine`).
@@ -74,8 +75,8 @@ holds every slot, so it must be clearly faster, not within noise."""
 WIDE_SAMPLES = 8
 """Recent inferences per path (wide, lone stream) whose seconds per token decide."""
 WIDE_RETRY = 50
-"""Once decided, every this many lone chunks one runs on the path not taken, so its figure follows the machine
-(a noisy neighbour during the trials, a restore)."""
+"""Once decided, one lone later chunk in this many runs on the path not taken, so its figure follows the machine
+(a noisy neighbour during the trials, say)."""
 
 
 @dataclass
