@@ -178,7 +178,6 @@ class StreamPool:
         idle is sent by their speed; 0 sends every such chunk wide, unmeasured."""
         self._lone: dict[str, deque[tuple[float, int]]] = {
             "wide": deque(maxlen=WIDE_SAMPLES), "stream": deque(maxlen=WIDE_SAMPLES)}
-        self._grants = 0
         self._lone_chunks = 0
         self.measurable: Callable[[], bool] = lambda: True
         """Whether a lone chunk's speed may price the two paths now: the engine makes it False while its runtime's
@@ -244,9 +243,16 @@ class StreamPool:
         speeds), or ``unmeasured`` (``wide_trials`` 0: every lone chunk runs wide)."""
         if self.wide_trials <= 0:
             return "unmeasured"
-        if min(len(found) for found in self._lone.values()) < self.wide_trials:
+        if self._measuring():
             return "measuring"
         return "on" if self._wide_pays() else "off"
+
+    def _measuring(self) -> bool:
+        """Whether either path has fewer than `wide_trials` samples."""
+        return min(len(found) for found in self._lone.values()) < self.wide_trials
+
+    def _grants(self) -> int:
+        return self.granted["first"] + self.granted["later"]
 
     def _wide_pays(self) -> bool:
         wide, stream = self.lone_seconds_per_token("wide"), self.lone_seconds_per_token("stream")
@@ -257,7 +263,7 @@ class StreamPool:
         only, which have playback slack to spend: a first chunk runs wide while measuring, then by the figures."""
         if self.wide_trials <= 0:
             return True
-        if min(len(found) for found in self._lone.values()) < self.wide_trials:
+        if self._measuring():
             return first or len(self._lone["wide"]) < self.wide_trials
         if first:
             return self._wide_pays()
@@ -328,8 +334,7 @@ class StreamPool:
         self._busy += held
         self.granted["first" if first else "later"] += 1
         self.granted["wide"] += slot == WIDE
-        self._grants += 1
-        grants = self._grants
+        grants = self._grants()
         measurable = lone and not first and self.measurable()
         started = time.monotonic()
         try:
@@ -341,7 +346,7 @@ class StreamPool:
         # A lone later chunk's speed counts for its path only if it stayed alone (no other grant while it ran) and
         # the runtime served it from its primary throughout; first chunks are left out, so both paths are priced on
         # the same kind of chunk.
-        if (measurable and tokens > 0 and elapsed > 0 and (slot == WIDE or self._grants == grants)
+        if (measurable and tokens > 0 and elapsed > 0 and (slot == WIDE or self._grants() == grants)
                 and self.measurable()):
             self._lone["wide" if slot == WIDE else "stream"].append((elapsed, tokens))
         if slot != WIDE:
