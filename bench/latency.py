@@ -1,11 +1,13 @@
 """``python -m bench latency``: first audio and stalls of server variants, side by side, interleaved.
 
-Every variant is a full server (``python -m app``, OpenVINO sized by the server's rule, compile cache on,
-lifecycle off) that differs only in the ``TTS_*`` settings the variant names. All of them start first (one
-after another, so their starts do not compete), and each measures its *first request after start* against the
-same request once warm. Then, per client count, every variant runs the same closed-loop level (`bench.load`),
-in alternating order from one level to the next (A B, B A, ...), so drift of this shared machine falls on both
-alike. Idle servers use no CPU; each level's CPU time is read from its own server's process tree.
+Every variant is a full server (``python -m app`` with its own defaults: the backend ``auto`` chooses, sized by the
+server's rule; compile cache on, lifecycle off) that differs only in the ``TTS_*`` settings the variant names
+(`server_env`): where no tuning matches, that is OpenVINO, and a variant that names a tuned cache
+(``TTS_BAKED_CACHE_DIR``) serves its tuned choice. The report's "served" column says what each one ran. All of
+them start first (one after another, so their starts do not compete), and each measures its *first request after
+start* against the same request once warm. Then, per client count, every variant runs the same closed-loop
+level (`bench.load`), in alternating order from one level to the next (A B, B A, ...), so drift of this shared
+machine falls on both alike. Idle servers use no CPU; each level's CPU time is read from its own server's process tree.
 
 Per variant and level: first audio p50 / p90, stalls per audio-minute (a 1x player starting at the first byte),
 audio-seconds per CPU-second and per second. Writes ``results.json``, ``levels/`` and ``report.md``.
@@ -107,6 +109,23 @@ def _alone(server: Server, corpus: corpus_mod.Corpus) -> dict[str, Any]:
             "mean": sum(values) / len(values)}
 
 
+def server_env(config: ServerConfig, settings: dict[str, str], *, model: Path, cache_dir: Path) -> dict[str, str]:
+    """A variant's ``TTS_*`` settings: the server's own defaults (its backend choice, ``auto``, and its sizing rule),
+    with the compile cache on, lifecycle off and a queue deep enough for any level, then the variant's settings.
+
+    So a variant that names a tuned cache (``TTS_BAKED_CACHE_DIR``) serves what its tuning chose, as a server
+    started with that setting does. Until 2026-12-04 the base forced ``TTS_BACKEND=openvino`` and sized streams:
+    such a variant served OpenVINO 2 x 1 on the AMD EPYC of that day, whose tuned choice was ONNX Runtime
+    (``latency-20261204-*`` say so in their "served" column and their NOTE.md)."""
+    env = config.env(quiet_window_s=0, queue_size=32)
+    env.update({"TTS_BACKEND": "auto", "TTS_STREAMS": "0", "TTS_THREADS_PER_STREAM": "0"})
+    # The wide session too is the server's default unless the variant sets it (the sized configuration turns it
+    # off, so before 2026-12-02 no latency run had it unless a variant named TTS_WIDE_CHUNK_TOKENS).
+    env.pop("TTS_WIDE_CHUNK_TOKENS", None)
+    env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(cache_dir), "TTS_LOG_LEVEL": "info", **settings})
+    return env
+
+
 def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], clients: Sequence[int],
         ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str,
         alone: bool = True, client_nice: int | None = None) -> dict[str, Any]:
@@ -116,7 +135,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
     model = modelfile.assemble(cache_dir / "models")
     corpus = corpus_mod.load(corpus_path)
     shape = shape_for(read_budget())
-    config = ServerConfig("sized", "OpenVINO sized by the rule", "openvino", "sized", shape.streams,
+    config = ServerConfig("sized", "the server's defaults, sized by the rule", "openvino", "sized", shape.streams,
                           shape.threads_per_stream, compile_cache=True)
     results: dict[str, Any] = {
         "run": {"id": out.name, "command": command, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -128,16 +147,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
     servers: dict[str, Server] = {}
     try:
         for name, settings in variants:
-            env = config.env(quiet_window_s=0, queue_size=32)
-            env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(work / "server-cache"),
-                        "TTS_LOG_LEVEL": "info", **settings})
-            # The server's own default unless the variant sets it (the sized configuration turns the wide session
-            # off, so before 2026-12-02 no latency run had it unless a variant named TTS_WIDE_CHUNK_TOKENS).
-            if "TTS_WIDE_CHUNK_TOKENS" not in settings:
-                env.pop("TTS_WIDE_CHUNK_TOKENS", None)
-            if settings.get("TTS_BACKEND") == "auto":  # a tuned variant serves the tuned shape unless it sets one
-                for key in ("TTS_STREAMS", "TTS_THREADS_PER_STREAM"):
-                    env[key] = settings.get(key, "0")
+            env = server_env(config, settings, model=model, cache_dir=work / "server-cache")
             evict([model, *files_under(work / "server-cache")])
             checkout = env.pop(CHECKOUT, None)
             server = Server(config, env, work / "logs" / f"{name}.log", label=f"latency-{name}",

@@ -255,6 +255,23 @@ def test_latency_variants_and_report() -> None:
     assert [row.split(" | ")[2] for row in rows] == ["0.30", "0.30", "0.50", "0.50"]
 
 
+def test_latency_variants_start_from_the_servers_own_defaults(tmp_path: Path) -> None:
+    """A variant that names a tuned cache serves its tuned choice, as a server started with that setting does (the
+    base forced OpenVINO until 2026-12-04); what a variant sets wins."""
+    from bench import latency
+    from bench.configs import ServerConfig
+
+    config = ServerConfig("sized", "sized", "openvino", "sized", 2, 1, compile_cache=True)
+    model, cache = tmp_path / "model.onnx", tmp_path / "cache"
+    tuned = latency.server_env(config, {"TTS_BAKED_CACHE_DIR": "/tuned"}, model=model, cache_dir=cache)
+    assert (tuned["TTS_BACKEND"], tuned["TTS_STREAMS"], tuned["TTS_THREADS_PER_STREAM"]) == ("auto", "0", "0")
+    assert tuned["TTS_BAKED_CACHE_DIR"] == "/tuned" and tuned["TTS_CACHE_DIR"] == str(cache)
+    assert tuned["TTS_QUIET_WINDOW_S"] == "0" and "TTS_WIDE_CHUNK_TOKENS" not in tuned
+    forced = latency.server_env(config, {"TTS_BACKEND": "openvino", "TTS_STREAMS": "1", "TTS_WIDE_CHUNK_TOKENS": "0"},
+                                model=model, cache_dir=cache)
+    assert (forced["TTS_BACKEND"], forced["TTS_STREAMS"], forced["TTS_WIDE_CHUNK_TOKENS"]) == ("openvino", "1", "0")
+
+
 def test_a_quick_run_given_a_tuned_dir_serves_the_tuned_choice(tmp_path: Path) -> None:
     from bench import runner
     from bench.__main__ import _options, _parser
