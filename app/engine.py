@@ -174,10 +174,10 @@ class Engine:
                     style = plan.voice.style_for(len(ids))
                     # The pause a join keeps is spoken at the request's speed, like the model's own.
                     pause_s = None if last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
-                    audio, cut, durations = await self.pool.run(
+                    audio, cut, durations, _ = await self.pool.run(
                         functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
                         clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]),
-                        wide=len(ids) <= self.wide_chunk_tokens)
+                        made_s=lambda done: done[3] / SAMPLE_RATE, wide=len(ids) <= self.wide_chunk_tokens)
                     heard = None if durations is None else tuple(timestamps.word_times(
                         placed, durations, cut=cut, kept=len(audio), offset=sent))
                     yield Spoken(audio, heard)
@@ -209,8 +209,9 @@ class Engine:
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                speed: float, pause_s: float | None
-               ) -> tuple[npt.NDArray[np.float32], int, npt.NDArray[np.int64] | None]:
-        """The chunk's trimmed audio, the samples the trim cut from its front, and its durations (if any)."""
+               ) -> tuple[npt.NDArray[np.float32], int, npt.NDArray[np.int64] | None, int]:
+        """The chunk's trimmed audio, the samples the trim cut from its front, its durations (if any), and the
+        samples the model made (edge silence included: what the inference's time follows)."""
         try:
             done = self.runtime.infer_timed(slot, tokens, style, speed)
         except Exception as exc:  # a runtime error fails this request only; the slot stays usable
@@ -218,7 +219,7 @@ class Engine:
             raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
         # Here, in the worker thread, not on the event loop: it scans every sample.
         audio, cut = silence.trim_at(done.audio, pause_s=pause_s)
-        return audio, cut, done.durations
+        return audio, cut, done.durations, int(done.audio.size)
 
     # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
 

@@ -33,8 +33,15 @@ Contract:
   (``wide_trials``): a request's later chunks that find the pool idle run wide, then on one plain slot of the idle
   pool, ``wide_trials`` times each (later chunks have playback slack to spend on a trial; first chunks run wide
   meanwhile); from then on a chunk that finds the pool idle, first or later, runs wide only where the wide session's
-  recent seconds per token are below `WIDE_GAIN` times the lone stream's (one lone later chunk in `WIDE_RETRY` takes
-  the other path, to keep its figure current). On the 16-vCPU Xeon of 2026-12-04 (a gVisor sandbox) the server,
+  recent seconds per audio-second made are below `WIDE_GAIN` times the lone stream's (one lone later chunk in
+  `WIDE_RETRY` takes the other path, to keep its figure current). Priced by the audio the model made (its edge
+  silence included), not by tokens: an inference's time follows the audio its decoder makes, and a short chunk's
+  fixed part (the leading pad alone is 0.3-0.5 s of audio) made its seconds per token 2.3 x a long one's on the
+  AVX2 EPYC, so per token the path whose trials drew the shorter chunks looked the slower: there the tuned server,
+  one client going through the corpus, turned its wide session off at 0.047 against 0.051 s per token, and one
+  closed-loop client got 1.22 audio-s per s against 2.11 with the trials off (bench/results/latency-20261204-tuned);
+  per audio-second made the wide session took 0.61-0.71 of one stream's time over 6-72 tokens
+  (bench/results/floor-20261204). On the 16-vCPU Xeon of 2026-12-04 (a gVisor sandbox) the server,
   whose lone requests then ran on the bridge with 16 threads, made 2.7 x less audio per CPU-second at one client
   than the same 8 x 2 pool without a wide session (bench/results/device-20261204-xeon16-8x2); on 2 vCPUs the wide
   session is the faster (README, "How it works").
@@ -70,10 +77,10 @@ RATE_MEMORY = 0.2
 MIN_OBSERVED = 4
 """Inferences seen before the measured capacity is trusted for admission."""
 WIDE_GAIN = 0.9
-"""The wide session keeps a lone chunk only while its seconds per token are below this times a lone stream's: it
-holds every slot, so it must be clearly faster, not within noise."""
+"""The wide session keeps a lone chunk only while its seconds per audio-second made are below this times a lone
+stream's: it holds every slot, so it must be clearly faster, not within noise."""
 WIDE_SAMPLES = 8
-"""Recent inferences per path (wide, lone stream) whose seconds per token decide."""
+"""Recent inferences per path (wide, lone stream) whose seconds per audio-second made decide."""
 WIDE_RETRY = 50
 """Once decided, one lone later chunk in this many runs on the path not taken, so its figure follows the machine
 (a noisy neighbour during the trials, say)."""
@@ -176,7 +183,7 @@ class StreamPool:
         self.wide_trials = wide_trials
         """Inferences of each path (wide, one stream of the idle pool) measured before a chunk that finds the pool
         idle is sent by their speed; 0 sends every such chunk wide, unmeasured."""
-        self._lone: dict[str, deque[tuple[float, int]]] = {
+        self._lone: dict[str, deque[tuple[float, float]]] = {
             "wide": deque(maxlen=WIDE_SAMPLES), "stream": deque(maxlen=WIDE_SAMPLES)}
         self._lone_chunks = 0
         self.measurable: Callable[[], bool] = lambda: True
@@ -230,12 +237,12 @@ class StreamPool:
             return True
         return capacity >= self.slack_headroom * max(1, self._playing, self._admitted)
 
-    def lone_seconds_per_token(self, path: str) -> float | None:
-        """Recent seconds per token of ``path`` (``wide`` or ``stream``) for a chunk alone on the pool; None before
-        any."""
+    def lone_rate(self, path: str) -> float | None:
+        """Recent seconds per audio-second made (per token where `run` was given no ``made_s``) of ``path``
+        (``wide`` or ``stream``) for a chunk alone on the pool; None before any."""
         found = self._lone[path]
-        tokens = sum(t for _, t in found)
-        return sum(s for s, _ in found) / tokens if tokens else None
+        made = sum(m for _, m in found)
+        return sum(s for s, _ in found) / made if made else None
 
     @property
     def wide_state(self) -> str:
@@ -255,7 +262,7 @@ class StreamPool:
         return self.granted["first"] + self.granted["later"]
 
     def _wide_pays(self) -> bool:
-        wide, stream = self.lone_seconds_per_token("wide"), self.lone_seconds_per_token("stream")
+        wide, stream = self.lone_rate("wide"), self.lone_rate("stream")
         return wide is not None and stream is not None and wide < WIDE_GAIN * stream
 
     def _goes_wide(self, first: bool) -> bool:
@@ -277,8 +284,8 @@ class StreamPool:
                 "seconds_per_token": self.seconds_per_token,
                 "granted": dict(self.granted), "held_back": self.held_back,
                 "wide": {"state": self.wide_state, "trials": self.wide_trials,
-                         "seconds_per_token": self.lone_seconds_per_token("wide"),
-                         "stream_alone_seconds_per_token": self.lone_seconds_per_token("stream")}}
+                         "seconds_per_audio_s": self.lone_rate("wide"),
+                         "stream_alone_seconds_per_audio_s": self.lone_rate("stream")}}
 
     @contextmanager
     def admit(self) -> Iterator[None]:
@@ -314,13 +321,15 @@ class StreamPool:
                 self._wake()
 
     async def run(self, fn: Callable[[int], T], *, clock: Playback | None = None, tokens: int = 0,
-                  audio_s: Callable[[T], float] | None = None, wide: bool = False) -> T:
+                  audio_s: Callable[[T], float] | None = None, made_s: Callable[[T], float] | None = None,
+                  wide: bool = False) -> T:
         """Run ``fn(slot)`` in a worker thread on a free slot, scheduled by ``clock``'s deadline.
 
         ``tokens`` prices the chunk (its expected inference time counts into its deadline and the
         measured seconds per token); ``audio_s`` reads the audio-seconds a result holds, for the
-        measured real-time capacity. With ``wide``, a chunk that finds the whole pool idle runs as
-        ``fn(WIDE)`` holding every slot, where that is measured to pay (see the module docstring).
+        measured real-time capacity; ``made_s`` the audio-seconds the model made for it, edge silence included,
+        which price a lone chunk's path (tokens where None). With ``wide``, a chunk that finds the whole pool idle
+        runs as ``fn(WIDE)`` holding every slot, where that is measured to pay (see the module docstring).
         """
         first = clock is None or clock.started is None
         lone = wide and self._idle(first)
@@ -346,9 +355,10 @@ class StreamPool:
         # A lone later chunk's speed counts for its path only if it stayed alone (no other grant while it ran) and
         # the runtime served it from its primary throughout; first chunks are left out, so both paths are priced on
         # the same kind of chunk.
-        if (measurable and tokens > 0 and elapsed > 0 and (slot == WIDE or self._grants() == grants)
+        made = made_s(result) if made_s is not None else float(tokens)
+        if (measurable and made > 0 and elapsed > 0 and (slot == WIDE or self._grants() == grants)
                 and self.measurable()):
-            self._lone["wide" if slot == WIDE else "stream"].append((elapsed, tokens))
+            self._lone["wide" if slot == WIDE else "stream"].append((elapsed, made))
         if slot != WIDE:
             self._observe(elapsed, tokens, audio_s(result) if audio_s is not None else 0.0)
         return result

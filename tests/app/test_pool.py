@@ -317,8 +317,35 @@ def test_lone_chunks_measure_both_paths_then_take_the_faster(wide_s: float, stre
         assert (await pool.run(infer, tokens=10, wide=True) == WIDE) == (then == "wide")  # a first chunk too
         wide = pool.snapshot()["wide"]
         assert isinstance(wide, dict) and wide["state"] == state
-        assert wide["seconds_per_token"] == pytest.approx(wide_s / 10, rel=0.8)
-        assert wide["stream_alone_seconds_per_token"] == pytest.approx(stream_s / 10, rel=0.8)
+        assert wide["seconds_per_audio_s"] == pytest.approx(wide_s / 10, rel=0.8)  # per token: no made_s given
+        assert wide["stream_alone_seconds_per_audio_s"] == pytest.approx(stream_s / 10, rel=0.8)
+
+    _run(main)
+
+
+def test_lone_paths_are_priced_by_the_audio_made_not_by_tokens() -> None:
+    """An inference's time follows the audio the model makes, and a short chunk's fixed part (its edge silence) makes
+    its seconds per token high: wide trials on short later chunks against stream trials on long ones must not make
+    the faster path look the slower (the AVX2 EPYC's tuned server turned its wide session off that way:
+    bench/results/latency-20261204-tuned)."""
+    async def main() -> None:
+        pool = StreamPool(2, 8, wide_trials=2)
+
+        def infer(made_s: float) -> Callable[[int], tuple[int, float]]:
+            def run(slot: int) -> tuple[int, float]:
+                # The wide session makes audio 1.5 x as fast as one stream: 0.03 s per audio-second against 0.045.
+                time.sleep(made_s * (0.03 if slot == WIDE else 0.045))
+                return slot, made_s
+            return run
+
+        later = _playing(pool, started_ago=0.0, sent_s=60.0)
+        # Wide trials on short chunks (10 tokens, 1.2 s of audio made), stream trials on long ones (100 tokens, 6 s):
+        # per token the wide session would read 0.0036 s against 0.0027, the slower.
+        for tokens, made in ((10, 1.2), (10, 1.2), (100, 6.0), (100, 6.0)):
+            await pool.run(infer(made), tokens=tokens, made_s=lambda done: done[1], wide=True, clock=later)
+        assert pool.wide_state == "on", pool.snapshot()["wide"]
+        wide, stream = pool.lone_rate("wide"), pool.lone_rate("stream")
+        assert wide is not None and stream is not None and wide < stream
 
     _run(main)
 
@@ -349,7 +376,7 @@ def test_lone_chunks_price_no_path_while_the_bridge_serves() -> None:
         bridge = True
         pool.measurable = lambda: not bridge
         assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) == WIDE
-        assert pool.lone_seconds_per_token("wide") is None and pool.wide_state == "measuring"
+        assert pool.lone_rate("wide") is None and pool.wide_state == "measuring"
 
         def takes_over(slot: int) -> int:  # the primary takes over while this chunk runs on the bridge
             nonlocal bridge
@@ -358,9 +385,9 @@ def test_lone_chunks_price_no_path_while_the_bridge_serves() -> None:
 
         bridge = True
         assert await pool.run(takes_over, tokens=10, wide=True, clock=later) == WIDE
-        assert pool.lone_seconds_per_token("wide") is None
+        assert pool.lone_rate("wide") is None
         assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) == WIDE  # the primary now
-        assert pool.lone_seconds_per_token("wide") is not None
+        assert pool.lone_rate("wide") is not None
 
     _run(main)
 
@@ -372,18 +399,18 @@ def test_a_lone_stream_chunk_joined_by_another_is_not_a_sample() -> None:
         assert pool.wide_state == "measuring"
         for _ in range(3):  # first chunks run wide while measuring, and are not samples
             assert await pool.run(lambda slot: slot, tokens=10, wide=True) == WIDE
-        assert pool.lone_seconds_per_token("wide") is None
+        assert pool.lone_rate("wide") is None
         assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) == WIDE
-        assert pool.lone_seconds_per_token("wide") is not None
+        assert pool.lone_rate("wide") is not None
         gate = Gate()
         lone = asyncio.create_task(pool.run(gate.job("lone", hold=True), tokens=10, wide=True, clock=later))
         await _until(lambda: pool.busy == 1)  # the stream path's trial, on one slot
         assert await pool.run(lambda slot: slot, tokens=10, wide=True) != WIDE  # a first chunk joins on the other
         gate.open("lone")
         await lone
-        assert pool.lone_seconds_per_token("stream") is None and pool.wide_state == "measuring"
+        assert pool.lone_rate("stream") is None and pool.wide_state == "measuring"
         assert await pool.run(lambda slot: slot, tokens=10, wide=True, clock=later) != WIDE  # the trial, alone now
-        assert pool.lone_seconds_per_token("stream") is not None and pool.wide_state in ("on", "off")
+        assert pool.lone_rate("stream") is not None and pool.wide_state in ("on", "off")
         assert StreamPool(2, 8).wide_state == "unmeasured"
 
     _run(main)
