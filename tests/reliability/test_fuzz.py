@@ -131,14 +131,17 @@ PATHOLOGICAL = ["a-", "1a-", "ab_", "a1", "😀", "\x00\x07", "!", ",", "1234567
 
 @pytest.mark.parametrize("unit", PATHOLOGICAL)
 def test_text_processing_time_grows_linearly(frontend: Frontend, unit: str) -> None:
-    """4 × the input may cost at most 8 × the time (quadratic would be 16 ×); best of three each."""
+    """4 × the input may cost at most 8 × the time (quadratic would be 16 ×); best of three each. The time is this
+    thread's CPU time, not the wall clock: under the suite's load (the other worker's inferences on the same two
+    CPUs) a wall-clock reading took 0.28 s for 2,000 characters against 0.025 s for 500 of `$1,000.5`, which alone
+    scales linearly."""
     def seconds(n: int) -> float:
         text = (unit * (n // len(unit) + 1))[:n]
         best = float("inf")
         for _ in range(3):
-            started = time.perf_counter()
+            started = time.thread_time()
             chunker.chunk(frontend.phonemize(text, "en-us"), 100, 250)
-            best = min(best, time.perf_counter() - started)
+            best = min(best, time.thread_time() - started)
         return best
 
     small, large = seconds(500), seconds(2000)
