@@ -144,9 +144,9 @@ class Settings:
     path, the wide session and one stream of the idle pool, before the pool sends a chunk that finds it idle by
     their speed: wide only while the wide session's recent seconds per audio-second made (edge silence included:
     what an inference's time follows; per token, a short chunk looks 2 x dearer than a long one) are under 0.9 times
-    one stream's (`app.pool.WIDE_GAIN`); first chunks run wide until then. ``/v1/info`` shows ``pool.wide``. On the 16-vCPU Xeon of
-    2026-12-04 (gVisor) the server, whose lone requests then ran on the bridge with 16 threads, made 2.7 x less audio
-    per CPU-second at one client than the same 8 x 2 pool without a wide session
+    one stream's (`app.pool.WIDE_GAIN`); first chunks run wide until then. ``/v1/info`` shows ``pool.wide``. On the
+    16-vCPU Xeon of 2026-12-04 (gVisor) the server, whose lone requests then ran on the bridge with 16 threads, made
+    2.7 x less audio per CPU-second at one client than the same 8 x 2 pool without a wide session
     (bench/results/device-20261204-xeon16-8x2). 0 sends every lone chunk wide, unmeasured."""
     slack_chunks: bool = True
     """Size each later chunk when it is due from its request's playback slack (audio sent, less playback
