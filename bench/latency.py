@@ -76,6 +76,20 @@ def _first_request(server: Server, text: str, voice: str, repeats: int = 3) -> d
     return {"first_s": first.first_audio_s, "warm_s": median, "ratio": first.first_audio_s / median}
 
 
+def summarize_starts(samples: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """The medians of several starts' `_first_request` samples (each with ``ready_s``), the ratios' range, and the
+    samples: one start is one draw of a noisy figure (0.97-1.73 x in single samples on one machine and day, against
+    1.05-1.27 x over five starts: bench/results/floor-20261204)."""
+    def median(key: str) -> float:
+        values = sorted(sample[key] for sample in samples)
+        return values[len(values) // 2]
+
+    ratios = [sample["ratio"] for sample in samples]
+    return {"ready_s": median("ready_s"), "first_s": median("first_s"), "warm_s": median("warm_s"),
+            "ratio": median("ratio"), "ratio_min": min(ratios), "ratio_max": max(ratios), "starts": len(samples),
+            "samples": list(samples)}
+
+
 def _first_audio_s(url: str, text: str, voice: str) -> float:
     """Seconds to the first audio bytes of a streamed request, hanging up as soon as they arrive."""
     body = {"model": "kokoro", "input": text, "voice": voice, "response_format": "pcm", "stream": True}
@@ -128,7 +142,7 @@ def server_env(config: ServerConfig, settings: dict[str, str], *, model: Path, c
 
 def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], clients: Sequence[int],
         ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str,
-        alone: bool = True, client_nice: int | None = None) -> dict[str, Any]:
+        alone: bool = True, client_nice: int | None = None, starts: int = 3) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "levels").mkdir(exist_ok=True)
     work = cache_dir / "latency" / out.name
@@ -159,10 +173,18 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             results["variants"][name]["served"] = (
                 f"{(info.get('engine') or {}).get('backend') or info.get('backend')} "
                 f"{info['pool']['streams']}x{info['pool']['threads_per_stream']}")
-            first = _first_request(server, corpus.shortest().text, corpus.shortest().voice)
-            results["variants"][name]["start"] = {"ready_s": ready_s, **first}
-            _progress(f"{name}: ready {ready_s:.1f} s; first request after start {first['first_s']:.2f} s, "
-                      f"warm {first['warm_s']:.2f} s ({first['ratio']:.2f} x)")
+            samples = [{"ready_s": ready_s, **_first_request(server, corpus.shortest().text, corpus.shortest().voice)}]
+            for _ in range(starts - 1):  # the same server started again, from the same evicted cache
+                server.stop()
+                evict([model, *files_under(work / "server-cache")])
+                server.start()
+                again = server.wait_ready()
+                samples.append({"ready_s": again,
+                                **_first_request(server, corpus.shortest().text, corpus.shortest().voice)})
+            results["variants"][name]["start"] = first = summarize_starts(samples)
+            _progress(f"{name}: ready {first['ready_s']:.1f} s; first request after start {first['first_s']:.2f} s, "
+                      f"warm {first['warm_s']:.2f} s ({first['ratio']:.2f} x, {first['ratio_min']:.2f}-"
+                      f"{first['ratio_max']:.2f} over {first['starts']} starts)")
             if alone:
                 results["variants"][name]["alone"] = found = _alone(server, corpus)
                 _progress(f"{name}: alone over the corpus, first audio p50 {found['p50']:.2f} s, "
@@ -213,12 +235,16 @@ def render(results: dict[str, Any]) -> str:
     lines += ["| variant | settings | served (streams x threads) |", "|---|---|---|"]
     lines += [f"| `{n}` | {', '.join(f'`{k}={v}`' for k, v in v['settings'].items()) or 'defaults'} | "
               f"{v.get('served', '')} |" for n, v in results["variants"].items()]
-    lines += ["", "## First request after start", "", "| variant | ready s | first request s | same request warm s "
-              "| ratio |", "|---|---|---|---|---|"]
+    lines += ["", "## First request after start", "", "Medians over the starts (each a fresh server, its files evicted "
+              "from the page cache); the ratio's range in brackets.", "",
+              "| variant | ready s | first request s | same request warm s | ratio | starts |",
+              "|---|---|---|---|---|---|"]
     for name in names:
         start = results["variants"][name].get("start", {})
+        spread = (f" ({_f(start.get('ratio_min'))}-{_f(start.get('ratio_max'))})"
+                  if start.get("starts", 1) > 1 else "")
         lines.append(f"| `{name}` | {_f(start.get('ready_s'))} | {_f(start.get('first_s'))} | "
-                     f"{_f(start.get('warm_s'))} | {_f(start.get('ratio'))} |")
+                     f"{_f(start.get('warm_s'))} | {_f(start.get('ratio'))}{spread} | {start.get('starts', 1)} |")
     lines += ["", "## Alone", "", "First audio of every corpus utterance sent on its own (the client hangs up at "
               "the first audio).", "", "| variant | p50 s | p90 s | mean s |", "|---|---|---|---|"]
     for name in names:
@@ -268,11 +294,16 @@ def main(argv: list[str]) -> int:
                              "own scheduling on this machine out of the servers' first-audio figures, as a remote "
                              "client's would be")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    parser.add_argument("--starts", type=int, default=3,
+                        help="fresh starts per variant for the first request after start (default 3; medians "
+                             "reported, with the ratio's range)")
     args = parser.parse_args(argv)
+    if args.starts < 1:
+        parser.error("--starts must be at least 1")
     variants = [_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
     clients = [int(c) for c in args.clients.split(",") if c]
     run(args.out, args.cache_dir, variants, clients, args.ramp_s, args.window_s, args.drain_s, args.corpus,
         "python -m bench latency " + shlex.join(argv), alone=not args.no_alone,
-        client_nice=args.client_nice)
+        client_nice=args.client_nice, starts=args.starts)
     print(args.out / "report.md")
     return 0

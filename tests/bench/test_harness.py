@@ -255,6 +255,24 @@ def test_latency_variants_and_report() -> None:
     assert [row.split(" | ")[2] for row in rows] == ["0.30", "0.30", "0.50", "0.50"]
 
 
+def test_the_first_request_after_start_is_the_median_of_several_starts() -> None:
+    from bench import latency
+
+    samples = [{"ready_s": 1.0 + i / 10, "first_s": first, "warm_s": 0.7, "ratio": first / 0.7}
+               for i, first in enumerate([0.77, 1.21, 0.84])]
+    summary = latency.summarize_starts(samples)
+    assert summary["first_s"] == 0.84 and summary["ready_s"] == 1.1 and summary["starts"] == 3
+    assert summary["ratio"] == pytest.approx(1.2) and summary["ratio_min"] == pytest.approx(1.1)
+    assert summary["ratio_max"] == pytest.approx(1.21 / 0.7) and summary["samples"] == samples
+    results = {"run": {"id": "x", "command": "c", "clients": [], "ramp_s": 1.0, "window_s": 2.0, "shape": "2x1"},
+               "machine": {"cpu_model": "cpu"}, "corpus": {"name": "study16"},
+               "variants": {"a": {"settings": {}, "levels": [], "start": summary},
+                            "b": {"settings": {}, "levels": [], "start": latency.summarize_starts(samples[:1])}}}
+    report = latency.render(results)
+    assert "| `a` | 1.10 | 0.84 | 0.70 | 1.20 (1.10-1.73) | 3 |" in report
+    assert "| `b` | 1.00 | 0.77 | 0.70 | 1.10 | 1 |" in report  # one start: no range
+
+
 def test_latency_variants_start_from_the_servers_own_defaults(tmp_path: Path) -> None:
     """A variant that names a tuned cache serves its tuned choice, as a server started with that setting does (the
     base forced OpenVINO until 2026-12-04); what a variant sets wins."""
