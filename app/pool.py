@@ -355,10 +355,10 @@ class StreamPool:
         # A lone later chunk's speed counts for its path only if it stayed alone (no other grant while it ran) and
         # the runtime served it from its primary throughout; first chunks are left out, so both paths are priced on
         # the same kind of chunk.
-        made = made_s(result) if made_s is not None else float(tokens)
-        if (measurable and made > 0 and elapsed > 0 and (slot == WIDE or self._grants() == grants)
-                and self.measurable()):
-            self._lone["wide" if slot == WIDE else "stream"].append((elapsed, made))
+        if measurable and elapsed > 0 and (slot == WIDE or self._grants() == grants) and self.measurable():
+            made = made_s(result) if made_s is not None else float(tokens)
+            if made > 0:
+                self._lone["wide" if slot == WIDE else "stream"].append((elapsed, made))
         if slot != WIDE:
             self._observe(elapsed, tokens, audio_s(result) if audio_s is not None else 0.0)
         return result

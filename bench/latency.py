@@ -21,6 +21,7 @@ import datetime as dt
 import json
 import logging
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -81,8 +82,7 @@ def summarize_starts(samples: Sequence[dict[str, float]]) -> dict[str, Any]:
     samples: one start is one draw of a noisy figure (0.97-1.73 x in single samples on one machine and day, against
     1.05-1.27 x over five starts: bench/results/floor-20261204)."""
     def median(key: str) -> float:
-        values = sorted(sample[key] for sample in samples)
-        return values[len(values) // 2]
+        return statistics.median_high(sample[key] for sample in samples)
 
     ratios = [sample["ratio"] for sample in samples]
     return {"ready_s": median("ready_s"), "first_s": median("first_s"), "warm_s": median("warm_s"),
@@ -173,14 +173,15 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             results["variants"][name]["served"] = (
                 f"{(info.get('engine') or {}).get('backend') or info.get('backend')} "
                 f"{info['pool']['streams']}x{info['pool']['threads_per_stream']}")
-            samples = [{"ready_s": ready_s, **_first_request(server, corpus.shortest().text, corpus.shortest().voice)}]
-            for _ in range(starts - 1):  # the same server started again, from the same evicted cache
-                server.stop()
-                evict([model, *files_under(work / "server-cache")])
-                server.start()
-                again = server.wait_ready()
-                samples.append({"ready_s": again,
-                                **_first_request(server, corpus.shortest().text, corpus.shortest().voice)})
+            shortest = corpus.shortest()
+            samples = []
+            for index in range(starts):
+                if index:  # the same server started again, from the same evicted cache
+                    server.stop()
+                    evict([model, *files_under(work / "server-cache")])
+                    server.start()
+                    ready_s = server.wait_ready()
+                samples.append({"ready_s": ready_s, **_first_request(server, shortest.text, shortest.voice)})
             results["variants"][name]["start"] = first = summarize_starts(samples)
             _progress(f"{name}: ready {first['ready_s']:.1f} s; first request after start {first['first_s']:.2f} s, "
                       f"warm {first['warm_s']:.2f} s ({first['ratio']:.2f} x, {first['ratio_min']:.2f}-"
