@@ -227,6 +227,12 @@ class Engine:
     def resolved(self) -> Resolved | None:
         return self.runtime.resolved
 
+    @property
+    def plans_while_released(self) -> bool:
+        """Whether a request may be planned before the state is restored, beside the restore: the front end (misaki)
+        is loaded and a release keeps it (``release_frontend`` off)."""
+        return not self.release_frontend and self.frontend.loaded
+
     def restore(self) -> dict[str, float]:
         """Build inference state and the front end, in parallel; seconds per part.
 

@@ -169,6 +169,7 @@ class LocalRuntime:
         if not hold:
             self._claimed.set()
         else:
+            _repack(self.bridge)  # nobody waits on a standby yet: pack its weights now, for the speed they give
             pagecache.evict(self.bridge.files())  # read into the session's memory: cached, they would be billed twice
         self._stop_loading = False
         self._loader = threading.Thread(target=self._load_primary_behind, name="primary-load", daemon=True)
@@ -211,6 +212,8 @@ class LocalRuntime:
             self.on_primary(resolved)
         if idle_bridge and self.bridge is not None:
             self._drop(self.bridge)
+        elif self.keep_bridge and self.bridge is not None and not self._stop_loading:
+            _repack(self.bridge)  # the wide session from now on: packed weights run faster
         if self.wide is not None:
             self._load_wide()
         self.settle()
@@ -341,6 +344,20 @@ class LocalRuntime:
             if other is not None:
                 found.extend(p for p in other.files() if p not in found)
         return found
+
+
+def _repack(bridge: Backend) -> None:
+    """Pack the weights of a bridge that opened without (`app.runtime.backends.onnxruntime.OnnxRuntimeBackend.repack`)
+    now that nothing waits on its opening; a failure leaves it serving unpacked."""
+    repack: Callable[[], bool] | None = getattr(bridge, "repack", None)
+    if repack is None:
+        return
+    start = time.perf_counter()
+    try:
+        if repack():
+            log.info("the bridge's weights packed in %.2f s", time.perf_counter() - start)
+    except Exception:
+        log.exception("packing the bridge's weights failed; it serves with them unpacked")
 
 
 def _lowest_priority() -> None:

@@ -36,7 +36,7 @@ def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None
     from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
     return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir,
-                              baked_optimized_dir=baked_optimized_dir)
+                              baked_optimized_dir=baked_optimized_dir, pack_at_open=False)
 
 
 def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: Path | None) -> list[Path]:

@@ -48,7 +48,7 @@ class OnnxRuntimeBackend:
 
     def __init__(self, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, shared: bool = False,
                  optimized_dir: Path | None = None, baked_optimized_dir: Path | None = None,
-                 prepacked: bool = True) -> None:
+                 prepacked: bool = True, pack_at_open: bool = True) -> None:
         self._model_path = model_path
         self._shape = shape
         self._runtime_defaults = runtime_defaults
@@ -61,6 +61,11 @@ class OnnxRuntimeBackend:
         self._save_packed = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
         """Save the graph with its packed weights; not into a file system held in memory (a container's tmpfs
         /tmp), where the data file would be memory the container is billed."""
+        self._pack_at_open = pack_at_open
+        """Let the kernels pack the weights of a saved graph as it opens (see `repack`); False opens it without
+        (ONNX Runtime's ``session.disable_prepacking``): a bridge that must serve at once opens faster."""
+        self._unpacked = False
+        """The sessions were opened from a saved graph without packing its weights (`repack` packs them)."""
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
@@ -113,14 +118,16 @@ class OnnxRuntimeBackend:
             rest = list(pool.map(lambda _: self._sized_session(ort), range(count - len(first))))
         return first + rest
 
-    def _sized_session(self, ort: Any, threads: int | None = None) -> Any:
-        def options() -> Any:
+    def _sized_session(self, ort: Any, threads: int | None = None, *, pack: bool | None = None) -> Any:
+        def options(*, pack: bool = True) -> Any:
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = threads or self._shape.threads_per_stream
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             # Spinning workers burn CPU that the bill counts while other streams need it.
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            if not pack:
+                opts.add_session_config_entry("session.disable_prepacking", "1")
             return opts
 
         providers = ["CPUExecutionProvider"]
@@ -129,11 +136,13 @@ class OnnxRuntimeBackend:
             return ort.InferenceSession(str(self._model_path), sess_options=options(), providers=providers)
         saved = self._saved(optimized, ort.__version__)
         if saved is not None:
-            opts = options()
+            packed = self._pack_at_open if pack is None else pack
+            opts = options(pack=packed)
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
                 session = ort.InferenceSession(str(saved), sess_options=opts, providers=providers)
                 self._opened = saved
+                self._unpacked = not packed
                 return session
             except Exception as exc:  # damaged or foreign: optimize again from the model below
                 log.warning("could not open the optimized graph %s (%s); optimizing the model again", saved,
@@ -199,8 +208,25 @@ class OnnxRuntimeBackend:
             return f"{stem}-{cpu.flags_digest()}.packed.onnx"
         return f"{stem}.onnx"
 
+    def repack(self) -> bool:
+        """Open the shared session again with its weights packed, and serve with it from the next inference (the one
+        it replaces ends with its last inference): for a bridge opened unpacked to serve at once (``pack_at_open``
+        False) that is then kept, as the wide session or as a standby. False where there is nothing to pack.
+
+        Unpacked, a saved graph opens in 0.06-0.07 s instead of 0.16-0.21 s, its first inference costs about as
+        much more as a packed one, and later ones run 4-10 % slower (convgemm form, 2 threads, Xeon with AMX,
+        2026-12-04: bench/results/restore-unpacked-20261204)."""
+        if not (self._unpacked and self._shared and self._sessions):
+            return False
+        import onnxruntime as ort
+
+        session = self._sized_session(ort, self._shape.threads, pack=True)
+        self._sessions = [session] * len(self._sessions)
+        return True
+
     def unload(self) -> None:
         self._sessions = []
+        self._unpacked = False
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:

@@ -53,6 +53,33 @@ def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_pa
     assert np.array_equal(speak(second), reference)
 
 
+def test_a_bridge_opened_unpacked_speaks_within_the_output_check_and_repacks_to_the_same_audio(
+        model: Path, tmp_path: Path) -> None:
+    """``pack_at_open=False`` (the restore bridge: `app.runtime.backends.bridge`) opens the saved graph without packing
+    its weights (their layout differs, so the audio is not bit-identical, but as close to the reference); `repack`
+    then serves with the packed weights, whose audio is the saved graph's own."""
+    from app.runtime.outputcheck import THRESHOLDS, mel_distance
+
+    plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
+    plain.load()
+    reference = speak(plain)
+    OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path).load()
+    assert not OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True).repack()
+
+    bridge = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path,
+                                pack_at_open=False)
+    assert not bridge.repack()  # nothing opened yet
+    bridge.load()
+    unpacked = speak(bridge)
+    assert abs(len(unpacked) - len(reference)) <= 2400
+    assert mel_distance(reference, unpacked) < THRESHOLDS.max_mel_distance / 2
+    assert bridge.repack()
+    assert np.array_equal(speak(bridge), reference)
+    assert not bridge.repack()  # packed already
+    bridge.unload()
+    assert not bridge.loaded and not bridge.repack()
+
+
 def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
     import onnxruntime

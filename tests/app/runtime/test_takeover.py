@@ -323,3 +323,58 @@ def test_a_released_bridge_needs_the_inference_process_and_a_bridge(
         assert ("TTS_RELEASED_BRIDGE is ignored" in caplog.text) is not kept
     finally:
         engine.close()
+
+
+class Repacking(Backend):
+    """A bridge opened with its weights unpacked (`OnnxRuntimeBackend.repack`): ``repacked`` counts the packs done."""
+
+    def __init__(self, name: str, mark: float, *, fail: bool = False) -> None:
+        super().__init__(name, mark)
+        self.fail = fail
+        self.repacked = 0
+        self.primary: Backend | None = None
+        self.primary_loaded_at_repack: bool | None = None
+
+    def repack(self) -> bool:
+        if self.primary is not None:
+            self.primary_loaded_at_repack = self.primary.loaded
+        if self.fail:
+            raise RuntimeError("injected repack failure")
+        self.repacked += 1
+        return self.repacked == 1
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_bridge_kept_as_the_wide_session_is_repacked_after_the_takeover_and_a_dropped_one_is_not(keep: bool) -> None:
+    primary, bridge = Backend("openvino", 1.0), Repacking("onnxruntime", 2.0)
+    bridge.primary = primary
+    runtime = LocalRuntime(primary, bridge, keep_bridge=keep)
+    runtime.load_bridged(wait_for_request=False)
+    wait_until(lambda: runtime.active_name == "openvino")
+    if keep:
+        wait_until(lambda: bridge.repacked == 1)
+        assert bridge.primary_loaded_at_repack  # behind the primary, never in front of a waiting request
+        assert runtime.infer_named(WIDE, tokens(3), STYLE, 1.0)[1] == "onnxruntime"
+    else:
+        wait_until(lambda: not bridge.loaded)
+        assert bridge.repacked == 0
+    runtime.unload()
+
+
+def test_a_held_bridge_is_repacked_before_it_waits_and_a_failed_repack_leaves_it_serving(
+        caplog: pytest.LogCaptureFixture) -> None:
+    primary, bridge = Backend("openvino", 1.0), Repacking("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    runtime.load_bridged(wait_for_request=True, hold=True)
+    assert bridge.repacked == 1  # done while released: nobody waits on a standby's opening
+    runtime.unload()
+    failing = Repacking("onnxruntime", 2.0, fail=True)
+    runtime = LocalRuntime(Backend("openvino", 1.0), failing, keep_bridge=True)
+    with caplog.at_level(logging.ERROR):
+        runtime.load_bridged(wait_for_request=True, hold=True)
+    assert "packing the bridge's weights failed" in caplog.text
+    runtime.claim()
+    assert runtime.infer_named(0, tokens(4), STYLE, 1.0)[1] == "onnxruntime"
+    wait_until(lambda: runtime.active_name == "openvino")
+    assert runtime.infer_named(WIDE, tokens(4), STYLE, 1.0)[1] == "onnxruntime"  # still the wide session
+    runtime.unload()
