@@ -159,6 +159,9 @@ class LocalRuntime:
         With ``hold`` (a standby while released: `app.runtime.proxy.ProcessRuntime.standby`) the primary waits for
         `claim` first, however long that takes, and the bridge's files leave the page cache once it is open."""
         assert self.bridge is not None
+        # Unpacked only where a request waits on the opening (a restore): at a start the bridge opens beside the
+        # server's imports, and its first inference, which the primary's load then competes with, would pay for it.
+        _pack_at_open(self.bridge, not wait_for_request or hold)
         opened = self._warm(self.bridge, self.bridge.load())
         with self._lock:
             self._active = self.bridge
@@ -169,7 +172,6 @@ class LocalRuntime:
         if not hold:
             self._claimed.set()
         else:
-            _repack(self.bridge)  # nobody waits on a standby yet: pack its weights now, for the speed they give
             pagecache.evict(self.bridge.files())  # read into the session's memory: cached, they would be billed twice
         self._stop_loading = False
         self._loader = threading.Thread(target=self._load_primary_behind, name="primary-load", daemon=True)
@@ -344,6 +346,13 @@ class LocalRuntime:
             if other is not None:
                 found.extend(p for p in other.files() if p not in found)
         return found
+
+
+def _pack_at_open(bridge: Backend, pack: bool) -> None:
+    """Whether ``bridge`` (where it can choose: `app.runtime.backends.onnxruntime.OnnxRuntimeBackend.pack_at_open`)
+    packs its weights as it opens, or opens at once and packs them later (`_repack`)."""
+    if hasattr(bridge, "pack_at_open"):
+        bridge.pack_at_open = pack
 
 
 def _repack(bridge: Backend) -> None:

@@ -61,9 +61,10 @@ class OnnxRuntimeBackend:
         self._save_packed = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
         """Save the graph with its packed weights; not into a file system held in memory (a container's tmpfs
         /tmp), where the data file would be memory the container is billed."""
-        self._pack_at_open = pack_at_open
+        self.pack_at_open = pack_at_open
         """Let the kernels pack the weights of a saved graph as it opens (see `repack`); False opens it without
-        (ONNX Runtime's ``session.disable_prepacking``): a bridge that must serve at once opens faster."""
+        (ONNX Runtime's ``session.disable_prepacking``): a bridge that must serve at once opens faster. Read at
+        each `load` (`app.runtime.local` sets it per load)."""
         self._unpacked = False
         """The sessions were opened from a saved graph without packing its weights (`repack` packs them)."""
         self._opened: Path | None = None
@@ -136,7 +137,7 @@ class OnnxRuntimeBackend:
             return ort.InferenceSession(str(self._model_path), sess_options=options(), providers=providers)
         saved = self._saved(optimized, ort.__version__)
         if saved is not None:
-            packed = self._pack_at_open if pack is None else pack
+            packed = self.pack_at_open if pack is None else pack
             opts = options(pack=packed)
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
@@ -210,8 +211,8 @@ class OnnxRuntimeBackend:
 
     def repack(self) -> bool:
         """Open the shared session again with its weights packed, and serve with it from the next inference (the one
-        it replaces ends with its last inference): for a bridge opened unpacked to serve at once (``pack_at_open``
-        False) that is then kept, as the wide session or as a standby. False where there is nothing to pack.
+        it replaces ends with its last inference): for a bridge opened unpacked to serve a restore's request at once
+        (``pack_at_open`` False) that is then kept as the wide session. False where there is nothing to pack.
 
         Unpacked, a saved graph opens in 0.06-0.07 s instead of 0.16-0.21 s, its first inference costs about as
         much more as a packed one, and later ones run 4-10 % slower (convgemm form, 2 threads, Xeon with AMX,

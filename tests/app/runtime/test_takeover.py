@@ -331,6 +331,8 @@ class Repacking(Backend):
     def __init__(self, name: str, mark: float, *, fail: bool = False) -> None:
         super().__init__(name, mark)
         self.fail = fail
+        self.pack_at_open: bool | None = None
+        """What `LocalRuntime.load_bridged` chose for this load."""
         self.repacked = 0
         self.primary: Backend | None = None
         self.primary_loaded_at_repack: bool | None = None
@@ -349,7 +351,9 @@ def test_a_bridge_kept_as_the_wide_session_is_repacked_after_the_takeover_and_a_
     primary, bridge = Backend("openvino", 1.0), Repacking("onnxruntime", 2.0)
     bridge.primary = primary
     runtime = LocalRuntime(primary, bridge, keep_bridge=keep)
-    runtime.load_bridged(wait_for_request=False)
+    runtime.load_bridged()  # a restore: a request waits on the opening
+    assert bridge.pack_at_open is False
+    runtime.infer(0, tokens(5), STYLE, 1.0)
     wait_until(lambda: runtime.active_name == "openvino")
     if keep:
         wait_until(lambda: bridge.repacked == 1)
@@ -361,20 +365,22 @@ def test_a_bridge_kept_as_the_wide_session_is_repacked_after_the_takeover_and_a_
     runtime.unload()
 
 
-def test_a_held_bridge_is_repacked_before_it_waits_and_a_failed_repack_leaves_it_serving(
+def test_a_standby_and_a_start_open_the_bridge_packed_and_a_failed_repack_leaves_it_serving(
         caplog: pytest.LogCaptureFixture) -> None:
     primary, bridge = Backend("openvino", 1.0), Repacking("onnxruntime", 2.0)
     runtime = LocalRuntime(primary, bridge)
     runtime.load_bridged(wait_for_request=True, hold=True)
-    assert bridge.repacked == 1  # done while released: nobody waits on a standby's opening
+    assert bridge.pack_at_open is True  # while released: nobody waits on a standby's opening
+    runtime.unload()
+    runtime.load_bridged(wait_for_request=False)  # a start: beside the imports, packed (its first inference is dearer)
+    assert bridge.pack_at_open is True
     runtime.unload()
     failing = Repacking("onnxruntime", 2.0, fail=True)
     runtime = LocalRuntime(Backend("openvino", 1.0), failing, keep_bridge=True)
     with caplog.at_level(logging.ERROR):
-        runtime.load_bridged(wait_for_request=True, hold=True)
-    assert "packing the bridge's weights failed" in caplog.text
-    runtime.claim()
-    assert runtime.infer_named(0, tokens(4), STYLE, 1.0)[1] == "onnxruntime"
-    wait_until(lambda: runtime.active_name == "openvino")
+        runtime.load_bridged()
+        assert runtime.infer_named(0, tokens(4), STYLE, 1.0)[1] == "onnxruntime"
+        wait_until(lambda: "packing the bridge's weights failed" in caplog.text)
+    assert runtime.active_name == "openvino" and failing.loaded
     assert runtime.infer_named(WIDE, tokens(4), STYLE, 1.0)[1] == "onnxruntime"  # still the wide session
     runtime.unload()
