@@ -200,10 +200,11 @@ class Engine:
         return self.max_chunk_tokens
 
     def _first_bound(self) -> int:
-        """The first chunk's bound: ``idle_first_chunk_tokens`` where set and the pool is idle, else
+        """The first chunk's bound: ``idle_first_chunk_tokens`` where set and the pool is idle or keeps up with its
+        listeners (`app.pool.StreamPool.keeps_up`: capacity to spare for the extra inference), else
         ``first_chunk_tokens``."""
         idle = self.pool.busy == 0 and self.pool.waiting == 0
-        if idle and 0 < self.idle_first_chunk_tokens < self.first_chunk_tokens:
+        if (idle or self.pool.keeps_up()) and 0 < self.idle_first_chunk_tokens < self.first_chunk_tokens:
             return self.idle_first_chunk_tokens
         return self.first_chunk_tokens
 

@@ -108,13 +108,16 @@ class Settings:
     of under 10 tokens is taken whole, since each inference costs a fixed part). At about 0.9 s of inference per
     audio-second on one thread (OpenVINO 2 x 1 here), 30 tokens is about 2 s of speech."""
     idle_first_chunk_tokens: int = 20
-    """Bound on the first model chunk of a request that finds every stream idle and nothing waiting, where it is
-    smaller than ``TTS_FIRST_CHUNK_TOKENS``: a request alone starts sooner, and the extra inference its shorter
-    first chunk costs runs on CPUs nothing else wants; under load the first chunk keeps
-    ``TTS_FIRST_CHUNK_TOKENS``. On a 2-vCPU Zen 5: first audio alone 0.54 s p50 against 0.66 s, one client 0.43
-    against 0.67 s, no less efficient at 2-8 clients (bench/results/latency-20261202-zen5-idle20); 20 tokens for
-    every first chunk cost 3-4 % of efficiency at 4-8 clients (latency-20261202-zen5-first20). 0 gives every first
-    chunk ``TTS_FIRST_CHUNK_TOKENS``."""
+    """Bound on the first model chunk of a request that finds every stream idle and nothing waiting, or the pool
+    keeping up with its listeners (its measured real-time capacity at least ``TTS_SLACK_HEADROOM`` times the requests
+    admitted), where it is smaller than ``TTS_FIRST_CHUNK_TOKENS``: such a request starts sooner, and the extra
+    inference its shorter first chunk costs runs on capacity to spare; past that the first chunk keeps
+    ``TTS_FIRST_CHUNK_TOKENS``. On a 2-vCPU Zen 5 (idle only): first audio alone 0.54 s p50 against 0.66 s, one client
+    0.43 against 0.67 s, no less efficient at 2-8 clients (bench/results/latency-20261202-zen5-idle20); 20 tokens for
+    every first chunk cost 3-4 % of efficiency at 4-8 clients (latency-20261202-zen5-first20). On the Xeon with AMX of
+    2026-12-04, while keeping up too: 2 clients 0.53 against 0.69 s p50, 4 clients 0.92 against 1.16 s, at 0.99-1.02 x
+    the efficiency, 8 clients (not keeping up) unchanged (latency-20261204-xeon-spare20). 0 gives every first chunk
+    ``TTS_FIRST_CHUNK_TOKENS``."""
     max_chunk_tokens: int = 120
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from app.engine import Engine
 from app.pool import MIN_OBSERVED, Playback, StreamPool
@@ -212,11 +213,14 @@ def test_audio_of_sized_chunks_is_the_whole_text() -> None:
     assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds
 
 
-def test_a_request_that_finds_the_pool_idle_gets_the_smaller_first_chunk() -> None:
-    """``idle_first_chunk_tokens``: alone, the first chunk is cut within it; beside a running inference, within
+@pytest.mark.parametrize("keeps_up", [False, True])
+def test_a_request_that_finds_the_pool_idle_or_keeping_up_gets_the_smaller_first_chunk(keeps_up: bool) -> None:
+    """``idle_first_chunk_tokens``: alone, the first chunk is cut within it; beside a running inference, within it too
+    while the pool keeps up with its listeners (capacity to spare for the extra inference), else within
     ``first_chunk_tokens``; nothing is lost either way."""
     engine, runtime = _engine(0.001, slack=False)
     engine.idle_first_chunk_tokens = 15
+    engine.pool.keeps_up = lambda: keeps_up  # type: ignore[method-assign]
     text = " ".join(TEXT.split(" ")[:24])
     heard, _ = _speak(engine, text)
     assert runtime.tokens[0] <= 15 and heard == text.split()
@@ -245,6 +249,9 @@ def test_a_request_that_finds_the_pool_idle_gets_the_smaller_first_chunk() -> No
         return list(runtime.tokens)
 
     busy = asyncio.run(beside_a_running_inference())
+    if keeps_up:
+        assert busy[0] <= 15 and busy == alone
+        return
     assert 15 < busy[0] <= FLOOR and busy != alone
     assert sum(busy) == sum(alone) or abs(sum(busy) - sum(alone)) <= len(busy) + len(alone)  # the same text
 
