@@ -120,14 +120,14 @@ class OnnxRuntimeBackend:
         return first + rest
 
     def _sized_session(self, ort: Any, threads: int | None = None, *, pack: bool | None = None) -> Any:
-        def options(*, pack: bool = True) -> Any:
+        def options(*, prepack: bool = True) -> Any:
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = threads or self._shape.threads_per_stream
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             # Spinning workers burn CPU that the bill counts while other streams need it.
             opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            if not pack:
+            if not prepack:
                 opts.add_session_config_entry("session.disable_prepacking", "1")
             return opts
 
@@ -138,7 +138,7 @@ class OnnxRuntimeBackend:
         saved = self._saved(optimized, ort.__version__)
         if saved is not None:
             packed = self.pack_at_open if pack is None else pack
-            opts = options(pack=packed)
+            opts = options(prepack=packed)
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
                 session = ort.InferenceSession(str(saved), sess_options=opts, providers=providers)
