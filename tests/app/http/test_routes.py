@@ -200,24 +200,24 @@ def test_metrics_token_alone_guards_only_metrics(tmp_path: Path) -> None:
 
 
 class RestoreWatch:
-    """Wraps a fake engine's runtime load and front end: whether the text was phonemized while a restore loaded."""
+    """Wraps a fake engine's runtime load and front end: how many loads had finished when each text was phonemized."""
 
     def __init__(self, engine: object) -> None:
-        self.loading = threading.Event()
-        self.phonemized_while_loading: list[bool] = []
+        self.loads_done = 0
+        self.phonemized_after_loads: list[int] = []
         runtime, frontend = engine.runtime, engine.frontend  # type: ignore[attr-defined]
         load, phonemize = runtime.load_primary, frontend.phonemize_words
 
         def slow_load() -> object:
-            self.loading.set()
+            time.sleep(0.3)  # a restore's bridge opening
             try:
-                time.sleep(0.3)  # a restore's bridge opening
                 return load()
             finally:
-                self.loading.clear()
+                self.loads_done += 1
 
         def watched(*args: object, **kwargs: object) -> object:
-            self.phonemized_while_loading.append(self.loading.is_set())
+            # Counted, not flagged while loading: planned beside the restore, the plan may run before the load begins.
+            self.phonemized_after_loads.append(self.loads_done)
             return phonemize(*args, **kwargs)
 
         runtime.load_primary, frontend.phonemize_words = slow_load, watched
@@ -234,11 +234,12 @@ def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: P
     body = {"input": "hello there", "voice": "jf_alpha", "response_format": "pcm"}
     with TestClient(create_app(settings, engine=engine)) as client:
         assert client.post("/v1/audio/speech", json=body).status_code == 200
-        assert watch.phonemized_while_loading == [False]  # warm: nothing to restore
+        assert watch.phonemized_after_loads == [1]  # warm: the start's load, nothing to restore
         assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer 4dmin"}).json()["released"]
         spoken = client.post("/v1/audio/speech", json=body)
         assert spoken.status_code == 200 and len(spoken.content) == 2 * len("hello there") * SAMPLES_PER_TOKEN
-        assert watch.phonemized_while_loading == [False, not release_frontend]
+        # Beside the restore: before its load has finished; else after it.
+        assert watch.phonemized_after_loads == [1, 2 if release_frontend else 1]
         # A request the plan refuses, sent to a released server: the same clean 400, and the state is restored.
         assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer 4dmin"}).json()["released"]
         refused = client.post("/v1/audio/speech", json={**body, "speed": 9})
