@@ -191,6 +191,10 @@ class Settings:
     restore_bridge: bool = True
     """After a release, serve the first requests with ONNX Runtime (opens in ~0.5 s) while
     OpenVINO's compiled model is imported in the background, then switch to OpenVINO."""
+    bridge_spin_us: int = 50
+    """Microseconds the bridge's threads (the session kept as the wide session too) spin for their next piece of work
+    before they sleep: a lone request's chunk on all threads ran 11-18 % faster at the same CPU time on the Xeon with
+    AMX (bench/results/spin-20261204); 0 sleeps at once. The pool's streams are not affected."""
     start_bridge: bool = True
     """At start too, turn ready as soon as the ONNX Runtime bridge is open and warm, and serve with it while
     OpenVINO's compiled model loads in the background (the switch is invisible to clients; a failure of
@@ -291,6 +295,7 @@ class Settings:
              "0 or between 10 and 510"),
             ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,
              "0 (off) or between 10 and 510"),
+            ("bridge_spin_us", 0 <= self.bridge_spin_us <= 10000, "between 0 (sleep at once) and 10000"),
             ("wide_form", self.wide_form in WIDE_FORMS, f"one of {', '.join(WIDE_FORMS)}"),
             ("wide_trials", 0 <= self.wide_trials <= 100, "between 0 (unmeasured) and 100"),
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),

@@ -84,7 +84,7 @@ def build_runtime(spec: Spec) -> LocalRuntime:
     """The backends, unloaded: run by the inference process, or by the server itself when
     ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.bridge_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
-                              spec.baked_graphs) if spec.has_bridge else None)
+                              spec.baked_graphs, spin_us=spec.settings.bridge_spin_us) if spec.has_bridge else None)
     # Chosen once, at the primary's first build (it verifies a baked cache's files): the wide form shares it.
     cache = functools.cache(lambda: _compile_cache(spec.settings, spec.model_path, spec.writable))
     wide = (Deferred(spec.settings.backend, lambda: _primary(spec, cache(), PoolShape(1, spec.shape.threads)))

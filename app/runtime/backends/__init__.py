@@ -29,14 +29,15 @@ def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: b
 
 
 def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None,
-           baked_optimized_dir: Path | None = None) -> Backend:
+           baked_optimized_dir: Path | None = None, spin_us: int = 0) -> Backend:
     """The restore bridge: one ONNX Runtime session shared by all slots, with all the budget's
     threads (the first request after a restore runs alone), opened in about 0.4 s from the graph
-    optimized at its first open (kept in ``optimized_dir``) or at the image build (``baked_optimized_dir``)."""
+    optimized at its first open (kept in ``optimized_dir``) or at the image build (``baked_optimized_dir``); its
+    workers spin for at most ``spin_us`` between parallel sections (`app.runtime.backends.onnxruntime.SPIN_NOTE`)."""
     from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
     return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir,
-                              baked_optimized_dir=baked_optimized_dir, pack_at_open=False)
+                              baked_optimized_dir=baked_optimized_dir, pack_at_open=False, spin_us=spin_us)
 
 
 def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: Path | None) -> list[Path]:

@@ -42,13 +42,23 @@ from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
 
+SPIN_NOTE = """Why the shared session (the bridge, kept as the wide session) spins for a bounded time: between the
+graph's thousands of small parallel sections, a worker that sleeps at once is woken through the kernel each time. On the
+Xeon with AMX (2 vCPUs, convgemm form, 2 threads, one inference at a time, interleaved; bench/results/
+spin-20261204) a 50 µs spin made 14-40-token chunks 11-18 % faster in wall time at the same or less CPU time
+(sleeping and waking costs CPU too); unbounded spinning was as fast but took 12-17 % more CPU. Two inferences at
+once on the same 2-thread session (the bridge serving both slots on 2 vCPUs: three threads for two CPUs) made 5 %
+less audio per second with the spin: it pays where the session runs alone, as the wide session does (every slot
+held for it) and as a restore's first request does. The pool's one-thread streams have no workers to spin;
+multi-thread streams (8 x 2 on 32 vCPUs) keep sleeping at once, not measured."""
+
 
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
     def __init__(self, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, shared: bool = False,
                  optimized_dir: Path | None = None, baked_optimized_dir: Path | None = None,
-                 prepacked: bool = True, pack_at_open: bool = True) -> None:
+                 prepacked: bool = True, pack_at_open: bool = True, spin_us: int = 0) -> None:
         self._model_path = model_path
         self._shape = shape
         self._runtime_defaults = runtime_defaults
@@ -65,6 +75,9 @@ class OnnxRuntimeBackend:
         """Let the kernels pack the weights of a saved graph as it opens (see `repack`); False opens it without
         (ONNX Runtime's ``session.disable_prepacking``): a bridge that must serve at once opens faster. Read at
         each `load` (`app.runtime.local` sets it per load)."""
+        self.spin_us = spin_us if shared else 0
+        """The shared session's intra-op workers spin for at most this many microseconds for the next piece of work
+        before they sleep (``session.intra_op.spin_duration_us``); 0: they sleep at once. See `SPIN_NOTE`."""
         self._unpacked = False
         """The sessions were opened from a saved graph without packing its weights (`repack` packs them)."""
         self._opened: Path | None = None
@@ -125,8 +138,11 @@ class OnnxRuntimeBackend:
             opts.intra_op_num_threads = threads or self._shape.threads_per_stream
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            # Spinning workers burn CPU that the bill counts while other streams need it.
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            spin = self.spin_us if opts.intra_op_num_threads > 1 else 0
+            # Unbounded spinning burns CPU that the bill counts while other streams need it (SPIN_NOTE).
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+            if spin:
+                opts.add_session_config_entry("session.intra_op.spin_duration_us", str(spin))
             if not prepack:
                 opts.add_session_config_entry("session.disable_prepacking", "1")
             return opts
@@ -224,6 +240,16 @@ class OnnxRuntimeBackend:
         session = self._sized_session(ort, self._shape.threads, pack=True)
         self._sessions = [session] * len(self._sessions)
         return True
+
+    def spinning_us(self) -> int:
+        """How long the open sessions' intra-op workers spin before they sleep, as the sessions were opened (0: they
+        sleep at once, or nothing is open)."""
+        if not self._sessions:
+            return 0
+        options = self._sessions[0].get_session_options()
+        if options.get_session_config_entry("session.intra_op.allow_spinning") != "1":
+            return 0
+        return int(options.get_session_config_entry("session.intra_op.spin_duration_us"))
 
     def unload(self) -> None:
         self._sessions = []

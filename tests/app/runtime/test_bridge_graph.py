@@ -80,6 +80,33 @@ def test_a_bridge_opened_unpacked_speaks_within_the_output_check_and_repacks_to_
     assert not bridge.loaded and not bridge.repack()
 
 
+def test_the_bridge_spins_for_a_bounded_time_and_the_streams_do_not(model: Path, tmp_path: Path) -> None:
+    """``TTS_BRIDGE_SPIN_US``: the bridge's shared session (kept as the wide session) spins at most that long, opened
+    packed or not and after `repack`; the pool's sized streams sleep at once whatever they are given; 0 turns the
+    spin off. The spun session's audio is the same audio."""
+    from app.runtime import backends
+
+    plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    plain.load()
+    assert plain.spinning_us() == 0
+    reference = speak(plain)
+
+    bridge = backends.bridge(model, PoolShape(2, 1), tmp_path, spin_us=50)
+    assert isinstance(bridge, OnnxRuntimeBackend) and bridge.spinning_us() == 0  # nothing open yet
+    bridge.load()
+    assert bridge.spinning_us() == 50
+    assert bridge.repack() and bridge.spinning_us() == 50
+    assert np.array_equal(speak(bridge), reference)
+
+    off = backends.bridge(model, PoolShape(2, 1), tmp_path, spin_us=0)
+    off.load()
+    assert isinstance(off, OnnxRuntimeBackend) and off.spinning_us() == 0
+
+    streams = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=tmp_path, spin_us=50)
+    streams.load()
+    assert streams.spinning_us() == 0
+
+
 def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
     import onnxruntime
