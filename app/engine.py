@@ -75,7 +75,8 @@ class Engine:
                  release_frontend: bool, slack_chunks: bool = False, choice: EngineChoice | None = None,
                  timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
                  idle_first_chunk_tokens: int = 0, quick_frontend: bool = False,
-                 standby: Callable[[], None] | None = None, busy_max_chunk_tokens: int = 0) -> None:
+                 standby: Callable[[], None] | None = None, busy_max_chunk_tokens: int = 0,
+                 second_chunk_tokens: int = 0) -> None:
         self.runtime = runtime
         self.standby = standby
         """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.standby`: the bridge held open in a
@@ -96,6 +97,9 @@ class Engine:
         self.idle_first_chunk_tokens = idle_first_chunk_tokens
         """Bound on the first chunk of a request that finds the pool idle (nothing running, nothing waiting), where
         smaller than ``first_chunk_tokens``: its extra inference runs on CPUs nothing else wants. 0: the same."""
+        self.second_chunk_tokens = second_chunk_tokens
+        """Bound on the second chunk where the playback clock does not size it; later ones double from it (0: twice the
+        first chunk's bound): `app.text.chunker.next_bound`."""
         self.max_chunk_tokens = max_chunk_tokens
         self.slack_chunks = slack_chunks
         """Size later chunks from the playback clock (`app.pool.Playback.chunk_bound`), else double each bound."""
@@ -128,7 +132,7 @@ class Engine:
             accent = lang or ("en-gb" if resolved.british else self.default_lang)
             phoneme_text, spoken = self.frontend.phonemize_words(
                 text, accent, quick=self.quick_frontend and not need_words)
-        chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens)
+        chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens, self.second_chunk_tokens)
         kept = tuple(c for c in chunks if self.vocab.ids(c))
         if not kept:
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
@@ -152,13 +156,14 @@ class Engine:
         The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
         moment this generator resumes is when that audio left: the playback clock starts there
         and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
-        That is also when a later chunk is cut: its bound twice the one before (`app.text.chunker.chunk`,
-        so the chunks are ``plan.chunks``), or, with ``slack_chunks`` once the pool has measured its speed,
+        That is also when a later chunk is cut: the second within ``second_chunk_tokens``, then each bound twice the one
+        before (`app.text.chunker.next_bound`; so the chunks are ``plan.chunks`` where the first chunk's bound is
+        ``first_chunk_tokens``), or, with ``slack_chunks`` once the pool has measured its speed,
         as many tokens as the pool infers in the request's slack.
         """
         first_limit = min(self._first_bound(), self.max_chunk_tokens)
         phonemes, rest = chunker.first(plan.phonemes, first_limit, self.max_chunk_tokens)
-        bound = first_limit
+        bound = 0  # the bound the last later chunk was cut within (none yet)
         skip = 0  # non-whitespace characters of the chunks before this one, to place its words
         dense = words.dense_index(plan.phonemes) if plan.spoken else []
         sent = 0
@@ -186,10 +191,10 @@ class Engine:
                 if not rest:
                     return
                 ceiling = self._later_ceiling()
-                doubled = min(ceiling, bound * 2)
+                doubled = chunker.next_bound(bound, first_limit, self.second_chunk_tokens, ceiling)
                 bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=ceiling)
                          if self.slack_chunks else doubled)
-                phonemes, rest = chunker.take(rest, bound)
+                phonemes, rest = chunker.take(rest, bound, whole_within=ceiling)
 
     def _later_ceiling(self) -> int:
         """The bound on the next later chunk: ``busy_max_chunk_tokens`` (with ``slack_chunks``) while the pool does

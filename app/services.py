@@ -69,7 +69,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                     wide_chunk_tokens=settings.wide_chunk_tokens,
                     idle_first_chunk_tokens=settings.idle_first_chunk_tokens,
                     quick_frontend=settings.quick_frontend, standby=standby,
-                    busy_max_chunk_tokens=settings.busy_max_chunk_tokens)
+                    busy_max_chunk_tokens=settings.busy_max_chunk_tokens,
+                    second_chunk_tokens=settings.second_chunk_tokens)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
     return engine, shape

@@ -102,21 +102,30 @@ class Settings:
     bridge) before it serves, so the first request does not pay the runtime's first-call costs."""
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413."""
-    first_chunk_tokens: int = 30
+    first_chunk_tokens: int = 20
     """Upper bound on the first model chunk: a request's first audio waits for all of it (the first
     sentence, else its first clauses or words within the bound; a first sentence that would leave a rest
-    of under 10 tokens is taken whole, since each inference costs a fixed part). At about 0.9 s of inference per
-    audio-second on one thread (OpenVINO 2 x 1 here), 30 tokens is about 2 s of speech."""
-    idle_first_chunk_tokens: int = 20
+    of under 10 tokens is taken whole, since each inference costs a fixed part). 20 tokens is about 1.5 s of speech;
+    with ``TTS_SECOND_CHUNK_TOKENS`` the small first chunk costs no inference more than 30 did. On the Xeon with AMX
+    (2026-12-04) against 30 under load: 4 clients 0.85-0.92 against 1.15 s p50 at the same audio per CPU-second,
+    8 clients 2.67-2.87 against 2.89 s, stalls at 4 clients 4.5-4.9 against 2.9 s per audio-minute
+    (bench/results/latency-20261204-xeon-resume; README, Latency)."""
+    second_chunk_tokens: int = 60
+    """Bound on the second model chunk where it is not sized from its request's playback slack (``TTS_SLACK_CHUNKS``:
+    the pool not keeping up, or its speed not yet measured); each later bound doubles from it, up to
+    ``TTS_MAX_CHUNK_TOKENS`` (``TTS_BUSY_MAX_CHUNK_TOKENS`` under load). 60 is where a 30-token first chunk's doubling
+    went, so a request is cut into as many chunks as before the first chunk's bound went from 30 to 20: every
+    inference pays a fixed part (the model's edge silence), and 20 tokens doubling from 20 cost 3-4 % of the audio per
+    CPU-second at 4-8 clients on a Zen 5 (bench/results/latency-20261202-zen5-first20). 0: twice the first chunk's
+    bound."""
+    idle_first_chunk_tokens: int = 0
     """Bound on the first model chunk of a request that finds every stream idle and nothing waiting, or the pool
     keeping up with its listeners (its measured real-time capacity at least ``TTS_SLACK_HEADROOM`` times the requests
-    admitted), where it is smaller than ``TTS_FIRST_CHUNK_TOKENS``: such a request starts sooner, and the extra
-    inference its shorter first chunk costs runs on capacity to spare; past that the first chunk keeps
-    ``TTS_FIRST_CHUNK_TOKENS``. On a 2-vCPU Zen 5 (idle only): first audio alone 0.54 s p50 against 0.66 s, one client
-    0.43 against 0.67 s, no less efficient at 2-8 clients (bench/results/latency-20261202-zen5-idle20); 20 tokens for
-    every first chunk cost 3-4 % of efficiency at 4-8 clients (latency-20261202-zen5-first20). On the Xeon with AMX of
-    2026-12-04, while keeping up too: 2 clients 0.53 against 0.69 s p50, 4 clients 0.92 against 1.16 s, at 0.99-1.02 x
-    the efficiency, 8 clients (not keeping up) unchanged (latency-20261204-xeon-spare20). 0 gives every first chunk
+    admitted), where it is smaller than ``TTS_FIRST_CHUNK_TOKENS``; past that the first chunk keeps
+    ``TTS_FIRST_CHUNK_TOKENS``. For a larger first chunk under load only: with 30 and 20 here (the defaults before
+    2026-12-04), 4 clients on the Xeon with AMX got 1.15 s p50 in a slow stretch against 0.85-0.92 s with 20 at any
+    load (bench/results/latency-20261204-xeon-resume); on a 2-vCPU Zen 5, idle only, first audio alone 0.54 s p50
+    against 0.66 s with 30 (latency-20261202-zen5-idle20). 0 (the default) gives every first chunk
     ``TTS_FIRST_CHUNK_TOKENS``."""
     max_chunk_tokens: int = 120
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
@@ -290,6 +299,8 @@ class Settings:
             ("first_chunk_tokens", 10 <= self.first_chunk_tokens <= 510, "between 10 and 510"),
             ("idle_first_chunk_tokens", self.idle_first_chunk_tokens == 0 or 10 <= self.idle_first_chunk_tokens <= 510,
              "0 or between 10 and 510"),
+            ("second_chunk_tokens", self.second_chunk_tokens == 0 or 10 <= self.second_chunk_tokens <= 510,
+             "0 (twice the first chunk's) or between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
             ("busy_max_chunk_tokens", self.busy_max_chunk_tokens == 0 or 10 <= self.busy_max_chunk_tokens <= 510,
              "0 or between 10 and 510"),

@@ -44,12 +44,12 @@ from lifecycle.pagecache import evict
 log = logging.getLogger(__name__)
 
 VARIANTS: dict[str, dict[str, str]] = {
-    "fifo": {"TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_MAX_CHUNK_TOKENS": "250",
-             "TTS_WARM_UP": "0"},
+    "fifo": {"TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_SECOND_CHUNK_TOKENS": "0",
+             "TTS_MAX_CHUNK_TOKENS": "250", "TTS_WARM_UP": "0"},
     "deadline": {},
 }
 """Named variants: ``fifo`` is the server as it was before the deadline scheduler (first come, first served,
-chunks of at most 100 then 250 tokens, no warm-up); ``deadline`` is the current defaults."""
+chunks of at most 100, then 200, then 250 tokens, no warm-up); ``deadline`` is the current defaults."""
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:

@@ -5,9 +5,11 @@ cut at a word boundary, and a single word longer than a chunk is cut hard.
 
 The first chunk is small, because a request's first audio waits for all of it: the first
 sentence when it fits ``first_max``, else as many of its first clauses as fit, else as many of
-its first words (never a lone word when more fit). Later chunks grow, each bound twice the one
-before, up to ``max_tokens``: synthesis of chunk k+1 runs while chunk k plays, so a chunk at most
-twice as long as the one before keeps playback fed, and ``max_tokens`` bounds how long one
+its first words (never a lone word when more fit). Later chunks grow: the second within
+``second_max`` (by default twice ``first_max``; the server asks for more, so a small first chunk adds no
+inference), then each bound twice the one before, up to ``max_tokens``: synthesis of chunk k+1 runs while
+chunk k plays, so a chunk a few times as long as the one before keeps playback fed where a stream runs a
+few times faster than real time, and ``max_tokens`` bounds how long one
 running chunk can keep a new request's first chunk waiting for its stream.
 
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
@@ -35,21 +37,32 @@ _FINER = (
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
 
 
-def chunk(phonemes: str, first_max: int, max_tokens: int) -> list[str]:
+def chunk(phonemes: str, first_max: int, max_tokens: int, second_max: int = 0) -> list[str]:
     """Chunks of ``phonemes``: the first at most ``first_max`` characters (or the whole first sentence, where
-    cutting it there would leave a rest shorter than `MIN_REST`), later ones up to ``max_tokens``, each bound
-    twice the one before (the rule when nothing tells how long a later chunk may be)."""
+    cutting it there would leave a rest shorter than `MIN_REST`), the second at most ``second_max`` (0: twice
+    ``first_max``), later ones up to ``max_tokens``, each bound twice the one before (the rule when nothing tells how
+    long a later chunk may be)."""
     max_tokens = min(max_tokens, MODEL_MAX_TOKENS)
     head, rest = first(phonemes, first_max, max_tokens)
     if not head:
         return []
     out = [head]
-    limit = min(first_max, max_tokens)
+    limit = 0
     while rest:
-        limit = min(max_tokens, limit * 2)
-        piece, rest = take(rest, limit)
+        limit = next_bound(limit, first_max, second_max, max_tokens)
+        piece, rest = take(rest, limit, whole_within=max_tokens)
         out.append(piece)
     return out
+
+
+def next_bound(previous: int, first_max: int, second_max: int, max_tokens: int) -> int:
+    """The doubling rule: the bound of the chunk after one cut within ``previous`` (0: after the first chunk, which
+    gets ``second_max``, or twice ``first_max`` where that is 0), at most ``max_tokens``."""
+    if previous <= 0:
+        wanted = second_max or 2 * min(first_max, max_tokens)
+    else:
+        wanted = 2 * previous
+    return max(1, min(max_tokens, MODEL_MAX_TOKENS, wanted))
 
 
 def first(phonemes: str, first_max: int, max_tokens: int) -> tuple[str, str]:
@@ -64,12 +77,17 @@ def first(phonemes: str, first_max: int, max_tokens: int) -> tuple[str, str]:
     return head, " ".join(([rest] if rest else []) + sentences[1:])
 
 
-def take(text: str, limit: int) -> tuple[str, str]:
+def take(text: str, limit: int, whole_within: int = 0) -> tuple[str, str]:
     """The next later chunk of ``text`` within ``limit`` characters, and the text left after it.
 
     Whole sentences while they fit; a sentence longer than the chunk is split at clauses, else at words,
     and a single word longer than a chunk is cut. Called once per chunk, with whatever bound that chunk
-    gets (`chunk` doubles it; the engine may size it from the playback clock)."""
+    gets (`chunk` doubles it; the engine may size it from the playback clock). Where the text left would be
+    shorter than `MIN_REST` and all of ``text`` fits ``whole_within``, all of it is the chunk: the rest would
+    cost a whole inference's fixed part for a word or two."""
+    if whole_within and len(text.strip()) <= min(whole_within, MODEL_MAX_TOKENS):
+        piece, rest = take(text, limit)
+        return (text.strip(), "") if rest and len(rest) < MIN_REST else (piece, rest)
     limit = max(1, min(limit, MODEL_MAX_TOKENS))
     pending = deque(p for p in _SENTENCE.split(text.strip()) if p)
     current = ""

@@ -272,3 +272,27 @@ def test_a_pool_that_does_not_keep_up_bounds_later_chunks_by_the_busy_bound() ->
         sizes[keeps_up] = list(runtime.tokens)
     assert max(sizes[True]) > busy_bound
     assert max(sizes[False][1:]) <= busy_bound and len(sizes[False]) > len(sizes[True])
+
+
+def test_the_second_chunk_gets_its_own_bound_where_the_slack_does_not_size_it() -> None:
+    """``TTS_SECOND_CHUNK_TOKENS``: a first chunk within 20 tokens, then (the pool not keeping up, so no slack sizing)
+    a second within 60 and later ones doubling from it: as many inferences as a 30-token first chunk doubled, where
+    20 doubled from 20 makes more; every word heard once, in order."""
+    text = " ".join(f"here is a long sentence {'abcdefhijk'[n % 10] * (1 + n // 10)} that goes on and on with many "
+                    f"words in it." for n in range(12))
+    counts: dict[str, int] = {}
+    for name, first, second in (("20+60", 20, 60), ("30 doubled", 30, 0), ("20 doubled", 20, 0)):
+        engine, runtime = _engine(0.001, slack=True)
+        engine.first_chunk_tokens, engine.second_chunk_tokens = first, second
+        _speak(engine, "warm up the pool with a few short sentences. " * 3)
+        engine.pool.keeps_up = lambda: False  # type: ignore[method-assign]
+        runtime.tokens.clear()
+        heard, _ = _speak(engine, text)
+        assert heard == text.split()
+        sizes = list(runtime.tokens)
+        assert sizes[0] <= first
+        if name == "20+60":
+            assert 2 * first < sizes[1] <= second
+            assert sizes == [len(engine.vocab.ids(c)) for c in engine.plan(text, "jf_alpha", 1.0).chunks]
+        counts[name] = len(sizes)
+    assert counts["20+60"] <= counts["30 doubled"] < counts["20 doubled"]

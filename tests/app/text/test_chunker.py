@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.text.chunker import MIN_REST, MODEL_MAX_TOKENS, chunk
+from app.text.chunker import MIN_REST, MODEL_MAX_TOKENS, chunk, next_bound
 
 
 def test_first_chunk_is_short_and_later_chunks_grow() -> None:
@@ -56,6 +56,24 @@ def test_later_chunks_grow_to_the_bound_and_never_past_it() -> None:
     assert all(size <= min(120, 30 * 2**k) for k, size in enumerate(sizes))
 
 
+def test_the_second_chunk_may_be_given_its_own_bound_and_later_ones_double_from_it() -> None:
+    """``second_max`` (the server's ``TTS_SECOND_CHUNK_TOKENS``): a 20-token first chunk followed by a 60-token second
+    is cut into as many chunks as a 30-token first chunk doubled, so the smaller first chunk adds no inference."""
+    text = "wˈʌn tˈu θɹˈi fˈɔɹ fˈIv sˈɪks sˈɛvən ˈeɪt nˈIn tˈɛn ɪlˈɛvən twˈɛlv. " * 40
+    chunks = chunk(text, first_max=20, max_tokens=240, second_max=60)
+    sizes = [len(c) for c in chunks]
+    assert sizes[0] <= 20
+    assert 40 < sizes[1] <= 60  # more than the doubled first bound allows
+    assert all(size <= min(240, 60 * 2 ** (k - 1)) for k, size in enumerate(sizes[1:], start=1))
+    assert max(sizes) > 180
+    assert len(chunks) <= len(chunk(text, first_max=30, max_tokens=240))
+    assert " ".join(chunks).replace(" ", "") == text.replace(" ", "")
+    # 0 is the plain doubling rule; the bound never passes the largest chunk nor the model's limit.
+    assert chunk(text, first_max=20, max_tokens=240, second_max=0) == chunk(text, first_max=20, max_tokens=240)
+    assert [next_bound(0, 20, 0, 240), next_bound(0, 20, 60, 240), next_bound(60, 20, 60, 240)] == [40, 60, 120]
+    assert next_bound(0, 20, 60, 50) == 50 and next_bound(400, 20, 60, 999) == MODEL_MAX_TOKENS
+
+
 def test_long_sentence_splits_at_clauses_before_words() -> None:
     clause = "ə lˈɔŋ klˈɔz wɪð mˈɛni wˈɜɹdz ɪn ɪt"
     text = ", ".join([clause] * 20) + "."
@@ -94,3 +112,16 @@ def test_nothing_is_lost_and_bounds_hold(text: str, first: int, limit: int) -> N
         first_sentence = re.split(r"(?<=[.!?…])\s+", text.strip())[0]
         assert len(chunks[0]) <= min(first, bound) or (
             chunks[0] == first_sentence and len(chunks[0]) <= min(first + MIN_REST, bound))
+
+
+def test_a_later_chunk_is_not_cut_to_leave_a_tiny_rest() -> None:
+    """`take` with ``whole_within``: a rest shorter than `MIN_REST` after the cut is taken along where the whole fits;
+    otherwise (or without ``whole_within``) the cut stands."""
+    from app.text.chunker import take
+
+    text = "sˈi ju əɡˈɛn sˈun, fɹˈɛnd."
+    assert take(text, 20) == ("sˈi ju əɡˈɛn sˈun,", "fɹˈɛnd.")
+    assert take(text, 20, whole_within=60) == (text, "")
+    assert take(text, 20, whole_within=len(text) - 1) == ("sˈi ju əɡˈɛn sˈun,", "fɹˈɛnd.")
+    long_rest = text + " ænd ɐnˈʌðəɹ lˈɔŋɡəɹ ɹˈɛst."
+    assert take(long_rest, 20, whole_within=120)[0] == "sˈi ju əɡˈɛn sˈun,"
