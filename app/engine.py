@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 
 SPEED_RANGE = (0.25, 4.0)
 
+PAST_CAPACITY = 0.8
+"""A pool whose measured real-time capacity is under this times its listeners is past capacity: later chunks go back
+to ``max_chunk_tokens`` (`Engine._later_ceiling`). On the 2-vCPU Xeon with AMX 8 closed-loop clients ran at 0.55-0.65
+and 4 at 1.1-1.3 (bench/results/latency-20261204-xeon-overload): 0.8 keeps both clear of the line, where at 1.0 the
+bound flipped between 45 and 120 tokens at 4 clients in the slowest stretch (p90 2.91 s, `-overload-b`)."""
+
 
 def _audio_s(samples: npt.NDArray[np.float32]) -> float:
     return len(samples) / SAMPLE_RATE
@@ -198,9 +204,12 @@ class Engine:
 
     def _later_ceiling(self) -> int:
         """The bound on the next later chunk: ``busy_max_chunk_tokens`` (with ``slack_chunks``) while the pool does
-        not keep up with its listeners, else ``max_chunk_tokens``."""
+        not keep up with its listeners but is not past its capacity (`PAST_CAPACITY`), else ``max_chunk_tokens``.
+        Past capacity every listener runs short whatever the chunks, and long ones make the most audio per CPU-second
+        (bench/results/latency-20261204-xeon-busy45c, -overload)."""
         busy = self.busy_max_chunk_tokens
-        if self.slack_chunks and 0 < busy < self.max_chunk_tokens and not self.pool.keeps_up():
+        if (self.slack_chunks and 0 < busy < self.max_chunk_tokens and not self.pool.keeps_up()
+                and self.pool.keeps_up(PAST_CAPACITY)):
             return busy
         return self.max_chunk_tokens
 

@@ -228,14 +228,16 @@ class StreamPool:
             return None
         return self.slots * self._audio_per_s
 
-    def keeps_up(self) -> bool:
-        """Whether the pool makes audio at least `slack_headroom` times as fast as its requests listen to it at 1x,
-        by its measured real-time capacity: every admitted request counts, playing or still waiting for its first
-        chunk (each will need 1 audio-second per second). True until the capacity is measured."""
+    def keeps_up(self, headroom: float | None = None) -> bool:
+        """Whether the pool makes audio at least ``headroom`` (default `slack_headroom`) times as fast as its requests
+        listen to it at 1x, by its measured real-time capacity: every admitted request counts, playing or still
+        waiting for its first chunk (each will need 1 audio-second per second). True until the capacity is measured,
+        and where the headroom is 0."""
         capacity = self.realtime_capacity
-        if capacity is None or self.slack_headroom <= 0:
+        headroom = self.slack_headroom if headroom is None else headroom
+        if capacity is None or headroom <= 0:
             return True
-        return capacity >= self.slack_headroom * max(1, self._playing, self._admitted)
+        return capacity >= headroom * max(1, self._playing, self._admitted)
 
     def lone_rate(self, path: str) -> float | None:
         """Recent seconds per audio-second made (per token where `run` was given no ``made_s``) of ``path``

@@ -131,12 +131,15 @@ class Settings:
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
     can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
-    busy_max_chunk_tokens: int = 60
+    busy_max_chunk_tokens: int = 45
     """With ``TTS_SLACK_CHUNKS``: upper bound on later model chunks while the pool does not keep up with its
-    listeners (``TTS_SLACK_HEADROOM``), where it is smaller than ``TTS_MAX_CHUNK_TOKENS``: a running chunk then holds
-    its stream for less time, so a new request's first chunk waits less behind it; a request that finds capacity
-    to spare keeps the long chunks (measured with ``TTS_FIRST_CHUNK_CREDIT_S``, README, Latency). 0:
-    ``TTS_MAX_CHUNK_TOKENS`` at any load."""
+    listeners (``TTS_SLACK_HEADROOM``) but has the measured capacity for them all, where it is smaller than
+    ``TTS_MAX_CHUNK_TOKENS``: a running chunk then holds its stream for less time, so a new request's first chunk waits
+    less behind it; a request that finds capacity to spare keeps the long chunks, and so do all past capacity, where
+    every listener runs short whatever the order and long chunks make the most audio per CPU-second. 45 against 60 on
+    the Xeon with AMX (2026-12-04): 4 clients 0.86-0.90 / 1.11-1.17 s first audio p50 / p90 against 0.94-0.98 /
+    1.40-1.56 s and a third of the stalls, at 0.98-1.04 x the audio per CPU-second (README, Latency;
+    bench/results/latency-20261204-xeon-busy45, -busy45b). 0: ``TTS_MAX_CHUNK_TOKENS`` at any load."""
     wide_chunk_tokens: int = 120
     """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
     session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about

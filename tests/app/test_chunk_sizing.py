@@ -220,7 +220,7 @@ def test_a_request_that_finds_the_pool_idle_or_keeping_up_gets_the_smaller_first
     ``first_chunk_tokens``; nothing is lost either way."""
     engine, runtime = _engine(0.001, slack=False)
     engine.idle_first_chunk_tokens = 15
-    engine.pool.keeps_up = lambda: keeps_up  # type: ignore[method-assign]
+    engine.pool.keeps_up = lambda headroom=None: keeps_up  # type: ignore[method-assign]
     text = " ".join(TEXT.split(" ")[:24])
     heard, _ = _speak(engine, text)
     assert runtime.tokens[0] <= 15 and heard == text.split()
@@ -257,21 +257,40 @@ def test_a_request_that_finds_the_pool_idle_or_keeping_up_gets_the_smaller_first
 
 
 def test_a_pool_that_does_not_keep_up_bounds_later_chunks_by_the_busy_bound() -> None:
-    """``TTS_BUSY_MAX_CHUNK_TOKENS``: while the pool does not keep up with its listeners later chunks stay within
-    the busy bound (a running chunk holds its stream for less time); with capacity to spare they grow past it."""
+    """``TTS_BUSY_MAX_CHUNK_TOKENS``: while the pool does not keep up with its listeners (by ``TTS_SLACK_HEADROOM``)
+    but has the capacity for them all, later chunks stay within the busy bound (a running chunk holds its stream for
+    less time); with capacity to spare, and past capacity (every listener short whatever the chunks: the long ones
+    make the most audio), they grow past it."""
     busy_bound = 2 * FLOOR
-    sizes: dict[bool, list[int]] = {}
-    for keeps_up in (True, False):
+    sizes: dict[str, list[int]] = {}
+    # (keeps up with headroom, has the capacity for every listener)
+    for name, spare, capacity in (("spare", True, True), ("near", False, True), ("past", False, False)):
         engine, runtime = _engine(0.001, slack=True)
         engine.busy_max_chunk_tokens = busy_bound
         _speak(engine, "warm up the pool with a few short sentences. " * 3)
-        engine.pool.keeps_up = lambda up=keeps_up: up  # type: ignore[method-assign]
+        engine.pool.keeps_up = (  # type: ignore[method-assign]
+            lambda headroom=None, spare=spare, capacity=capacity: spare if headroom is None else capacity)
         runtime.tokens.clear()
         heard, _ = _speak(engine, TEXT)
         assert heard == TEXT.split()  # every word, once, in order
-        sizes[keeps_up] = list(runtime.tokens)
-    assert max(sizes[True]) > busy_bound
-    assert max(sizes[False][1:]) <= busy_bound and len(sizes[False]) > len(sizes[True])
+        sizes[name] = list(runtime.tokens)
+    assert max(sizes["spare"]) > busy_bound
+    assert max(sizes["near"][1:]) <= busy_bound and len(sizes["near"]) > len(sizes["spare"])
+    assert max(sizes["past"]) > busy_bound and len(sizes["past"]) < len(sizes["near"])
+
+
+def test_keeps_up_takes_its_headroom_from_the_caller_or_the_setting() -> None:
+    """`StreamPool.keeps_up`: 1.5 x by default here, another headroom (1.0 x: capacity for every listener) where
+    asked."""
+    pool = StreamPool(2, 8, slack_headroom=1.5)
+    assert pool.keeps_up() and pool.keeps_up(1.0)  # not measured yet
+    for _ in range(MIN_OBSERVED):
+        pool._observe(1.0, 10, 2.5)  # 2.5 audio-s per inference-second a slot: 5 for the pool
+    with pool.admit(), pool.admit(), pool.admit(), pool.admit():
+        assert not pool.keeps_up() and pool.keeps_up(1.0)  # 4 listeners: 5 < 6, 5 >= 4
+        with pool.admit(), pool.admit():
+            assert not pool.keeps_up(1.0) and pool.keeps_up(0.8)  # 6 listeners: 5 < 6, 5 >= 4.8
+    assert pool.keeps_up(0)
 
 
 def test_the_second_chunk_gets_its_own_bound_where_the_slack_does_not_size_it() -> None:
@@ -285,7 +304,8 @@ def test_the_second_chunk_gets_its_own_bound_where_the_slack_does_not_size_it() 
         engine, runtime = _engine(0.001, slack=True)
         engine.first_chunk_tokens, engine.second_chunk_tokens = first, second
         _speak(engine, "warm up the pool with a few short sentences. " * 3)
-        engine.pool.keeps_up = lambda: False  # type: ignore[method-assign]
+        engine.pool.keeps_up = (  # type: ignore[method-assign]
+            lambda headroom=None: headroom is not None)  # short of headroom, not past capacity
         runtime.tokens.clear()
         heard, _ = _speak(engine, text)
         assert heard == text.split()
