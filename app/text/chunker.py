@@ -85,9 +85,14 @@ def take(text: str, limit: int, whole_within: int = 0) -> tuple[str, str]:
     gets (`chunk` doubles it; the engine may size it from the playback clock). Where the text left would be
     shorter than `MIN_REST` and all of ``text`` fits ``whole_within``, all of it is the chunk: the rest would
     cost a whole inference's fixed part for a word or two."""
-    if whole_within and len(text.strip()) <= min(whole_within, MODEL_MAX_TOKENS):
-        piece, rest = take(text, limit)
-        return (text.strip(), "") if rest and len(rest) < MIN_REST else (piece, rest)
+    piece, rest = _cut(text, limit)
+    if rest and len(rest) < MIN_REST and len(text.strip()) <= min(whole_within, MODEL_MAX_TOKENS):
+        return text.strip(), ""
+    return piece, rest
+
+
+def _cut(text: str, limit: int) -> tuple[str, str]:
+    """`take`'s greedy cut within ``limit``, whatever is left."""
     limit = max(1, min(limit, MODEL_MAX_TOKENS))
     pending = deque(p for p in _SENTENCE.split(text.strip()) if p)
     current = ""
