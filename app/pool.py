@@ -45,6 +45,13 @@ Contract:
   whose lone requests then ran on the bridge with 16 threads, made 2.7 x less audio per CPU-second at one client
   than the same 8 x 2 pool without a wide session (bench/results/device-20261204-xeon16-8x2); on 2 vCPUs the wide
   session is the faster (README, "How it works").
+- The express lane (``express`` > 0, where ``express_ok()``: `app.engine` allows it where the runtime serves from ONNX
+  Runtime, whose session runs concurrent calls; OpenVINO's executor would only queue a call beyond its streams): a
+  first chunk that finds no slot free does not wait for a running chunk to end; it runs at once as one inference
+  beyond the pool's slots (slot numbers from ``slots`` on, which the runtime runs concurrently on one of its sessions),
+  on CPUs the running chunks then share with it for its short while, at most ``express`` at a time; one that comes
+  while every lane is taken waits as before and takes the first lane or slot to free. Its speed is not a stream's
+  (it runs oversubscribed), so like the wide slot it enters neither the measured seconds per token nor the capacity.
 - Chunk sizes from the same clock: `Playback.chunk_bound` gives a request's next later chunk as many
   tokens as the pool infers (at its measured seconds per token) in that request's slack, between the
   first chunk's bound and the largest chunk; the engine cuts the chunk when it is due (`app.engine`).
@@ -147,9 +154,11 @@ class _Waiter:
 class StreamPool:
     def __init__(self, slots: int, queue_size: int, *, scheduler: str = "deadline", margin_s: float = 1.0,
                  realtime_factor: float = 0.0, slack_headroom: float = 0.0, first_credit_s: float = 0.0,
-                 wide_trials: int = 0) -> None:
+                 wide_trials: int = 0, express: int = 0) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
+        if express < 0:
+            raise ValueError("express lanes cannot be negative")
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {SCHEDULERS}, not {scheduler!r}")
         self.slots = slots
@@ -162,8 +171,13 @@ class StreamPool:
         self.slack_headroom = slack_headroom
         """`keeps_up`'s factor; 0 counts the pool as keeping up whatever its load."""
         self._free = list(range(slots))
+        self.express = express
+        """Express lanes: first chunks that may run beyond the slots at once (module docstring)."""
+        self._express_free = list(range(slots + express - 1, slots - 1, -1))
+        self.express_ok: Callable[[], bool] = lambda: True
+        """Whether the runtime serving now runs an express lane concurrently (`app.engine` sets it)."""
         self._waiters: list[_Waiter] = []
-        self._limiter = anyio.CapacityLimiter(slots)
+        self._limiter = anyio.CapacityLimiter(slots + express)
         self._admitted = 0
         self._busy = 0
         self._playing = 0
@@ -175,9 +189,9 @@ class StreamPool:
         self._priced = 0
         self._audio_per_s = 0.0
         self._observed = 0
-        self.granted = {"first": 0, "later": 0, "wide": 0}
+        self.granted = {"first": 0, "later": 0, "wide": 0, "express": 0}
         """Slots granted to first chunks and to later ones, and of those, how many ran wide (every slot held for
-        the wide session); for tests and the info endpoint."""
+        the wide session) and how many first chunks on an express lane; for tests and the info endpoint."""
         self.held_back = 0
         """First chunks that waited for real-time capacity."""
         self.wide_trials = wide_trials
@@ -203,6 +217,11 @@ class StreamPool:
     def busy(self) -> int:
         """Slots held by an inference now (all of them while one runs wide)."""
         return self._busy
+
+    @property
+    def express_busy(self) -> int:
+        """Express lanes running a first chunk now."""
+        return self.express - len(self._express_free)
 
     @property
     def waiting(self) -> int:
@@ -280,7 +299,8 @@ class StreamPool:
         return self._wide_pays() != (self._lone_chunks % WIDE_RETRY == 0)
 
     def snapshot(self) -> dict[str, object]:
-        return {"scheduler": self.scheduler, "busy": self._busy, "waiting": self.waiting, "playing": self._playing,
+        return {"scheduler": self.scheduler, "busy": self._busy, "express": self.express,
+                "express_busy": self.express_busy, "waiting": self.waiting, "playing": self._playing,
                 "admitted": self._admitted, "realtime_capacity": self.realtime_capacity,
                 "realtime_factor": self.realtime_factor, "keeps_up": self.keeps_up(),
                 "seconds_per_token": self.seconds_per_token,
@@ -341,10 +361,12 @@ class StreamPool:
             slot = self._free.pop()
         else:
             slot = await self._acquire(clock, tokens, first)
-        held = self.slots if slot == WIDE else 1
+        express = self._is_express(slot)
+        held = self.slots if slot == WIDE else 0 if express else 1
         self._busy += held
         self.granted["first" if first else "later"] += 1
         self.granted["wide"] += slot == WIDE
+        self.granted["express"] += express
         grants = self._grants()
         measurable = lone and not first and self.measurable()
         started = time.monotonic()
@@ -361,7 +383,7 @@ class StreamPool:
             made = made_s(result) if made_s is not None else float(tokens)
             if made > 0:
                 self._lone["wide" if slot == WIDE else "stream"].append((elapsed, made))
-        if slot != WIDE:
+        if slot != WIDE and not express:
             self._observe(elapsed, tokens, audio_s(result) if audio_s is not None else 0.0)
         return result
 
@@ -392,6 +414,8 @@ class StreamPool:
         key = (0.0, arrival, order) if self.scheduler == "fifo" else (due, order, arrival)
         if self._free and not self._waiters and not self._held(first):
             return self._free.pop()
+        if first and not self._free and self._express_open():
+            return self._express_free.pop()
         waiter = _Waiter(key, asyncio.get_running_loop().create_future(), first)
         if self._held(first):
             self.held_back += 1
@@ -407,8 +431,19 @@ class StreamPool:
                 heapq.heapify(self._waiters)
             raise
 
+    def _is_express(self, slot: int) -> bool:
+        return slot >= self.slots
+
+    def _express_open(self) -> bool:
+        """Whether a first chunk may take an express lane now (`express_ok`; not under ``fifo``, not while first
+        chunks are held for real-time capacity)."""
+        return (bool(self._express_free) and self.scheduler != "fifo" and not self._held(True)
+                and self.express_ok())
+
     def _release(self, slot: int) -> None:
-        if slot == WIDE:
+        if self._is_express(slot):
+            self._express_free.append(slot)
+        elif slot == WIDE:
             self._free.extend(range(self.slots))  # it held them all
         else:
             self._free.append(slot)
@@ -427,6 +462,14 @@ class StreamPool:
             if waiter.future.done():  # cancelled meanwhile
                 continue
             waiter.future.set_result(self._free.pop())
+        while self._waiters and self._express_open():
+            firsts = [i for i, w in enumerate(self._waiters) if w.first and not w.future.done()]
+            if not firsts:
+                break
+            index = min(firsts, key=lambda i: self._waiters[i].key)
+            waiter = self._waiters.pop(index)
+            heapq.heapify(self._waiters)
+            waiter.future.set_result(self._express_free.pop())
 
     def _next_waiter(self) -> int | None:
         """The earliest waiter that may run now: a first chunk held for real-time capacity is skipped."""

@@ -35,7 +35,8 @@ log = logging.getLogger("app.runtime.child")
 
 
 class InferenceLoop:
-    """Reads the server's messages and answers them; inferences run on a pool of one thread per slot."""
+    """Reads the server's messages and answers them; inferences run on a pool of one thread per slot (express lanes
+    included: `app.pool`)."""
 
     def __init__(self, inbox: Connection, outbox: Connection, runtime: LocalRuntime, slots: int) -> None:
         self.inbox = inbox
@@ -162,7 +163,7 @@ def main(argv: list[str]) -> int:
         # Before the first message: at start the process is started ahead of its load, beside the server's
         # own start, and the import is the bridge's first cost.
         import onnxruntime  # noqa: F401
-    InferenceLoop(inbox, outbox, runtime, spec.shape.streams).serve()
+    InferenceLoop(inbox, outbox, runtime, spec.shape.streams + spec.settings.express_slots).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their
     # memory all go with the process; nothing here needs an orderly teardown.
     sys.stdout.flush()

@@ -424,3 +424,121 @@ def test_a_first_chunk_credit_overtakes_chunks_overdue_by_less(credit_s: float, 
     by 0.5 s (2.5 s of audio sent 2 s ago leaves its listener 0.5 s, under the 1 s margin) yields to it with a 1 s
     credit, not with 0.2 s or none."""
     assert _order("deadline", credit_s=credit_s, started_ago=2.0, sent_s=2.5) == order
+
+
+def _busy_pool(express: int = 1, **kwargs: object) -> tuple[StreamPool, Gate, asyncio.Task[str]]:
+    """A one-slot pool whose slot is held by ``busy`` (call inside a running loop)."""
+    pool = StreamPool(1, 8, express=express, **kwargs)  # type: ignore[arg-type]
+    gate = Gate()
+    return pool, gate, asyncio.create_task(pool.run(gate.job("busy", hold=True)))
+
+
+def test_a_first_chunk_that_finds_every_slot_busy_runs_at_once_on_the_express_lane() -> None:
+    async def main() -> None:
+        pool, gate, busy = _busy_pool()
+        await _until(lambda: pool.busy == 1)
+        later = asyncio.create_task(pool.run(gate.job("later"), clock=_playing(pool, started_ago=9.0, sent_s=2.0)))
+        await _until(lambda: pool.waiting == 1)  # a later chunk, even one overdue by 8 s, waits for the slot
+        with pool.playback() as fresh:
+            lane = await pool.run(lambda slot: slot, clock=fresh, tokens=20, audio_s=lambda _: 1.0)
+        assert lane == 1  # the slot after the pool's own: the runtime runs it beside them
+        assert gate.ran == ["busy"] and pool.waiting == 1 and pool.busy == 1 and pool.express_busy == 0
+        assert pool.granted == {"first": 2, "later": 0, "wide": 0, "express": 1}
+        assert pool.measured_seconds_per_token is None and pool._priced == 0  # an oversubscribed run prices nothing
+        gate.open("busy")
+        await asyncio.gather(busy, later)
+        assert gate.ran == ["busy", "later"] and sorted(pool._free) == [0] and pool._express_free == [1]
+
+    _run(main)
+
+
+def test_with_the_lane_taken_a_first_chunk_waits_and_takes_whichever_frees_first() -> None:
+    async def main() -> None:
+        pool, gate, busy = _busy_pool()
+        await _until(lambda: pool.busy == 1)
+        slots: dict[str, int] = {}
+
+        def job(name: str, *, hold: bool = False) -> Callable[[int], str]:
+            run = gate.job(name, hold=hold)
+
+            def record(slot: int) -> str:
+                slots[name] = slot
+                return run(slot)
+
+            return record
+
+        one = asyncio.create_task(pool.run(job("one", hold=True), clock=pool.playback().__enter__()))
+        await _until(lambda: pool.express_busy == 1)
+        two = asyncio.create_task(pool.run(job("two"), clock=pool.playback().__enter__()))
+        await _until(lambda: pool.waiting == 1)
+        await asyncio.sleep(0.05)
+        assert gate.ran == ["busy", "one"]  # at most one express inference at a time
+        gate.open("one")
+        await asyncio.gather(one, two)
+        assert slots == {"one": 1, "two": 1} and gate.ran == ["busy", "one", "two"]  # the lane freed first
+        gate.open("busy")
+        await busy
+        assert pool.busy == 0 and pool.express_busy == 0 and pool.waiting == 0
+
+    _run(main)
+
+
+@pytest.mark.parametrize("case", ["fifo", "off", "not-ok", "held"])
+def test_no_express_lane_under_fifo_when_off_when_the_runtime_cannot_or_while_held(case: str) -> None:
+    """The controls: the same first chunk waits for the busy slot."""
+    async def main() -> None:
+        pool, gate, busy = _busy_pool(express=0 if case == "off" else 1,
+                                      scheduler="fifo" if case == "fifo" else "deadline",
+                                      realtime_factor=1.0 if case == "held" else 0.0)
+        if case == "not-ok":
+            pool.express_ok = lambda: False
+        await _until(lambda: pool.busy == 1)
+        if case == "held":  # one request plays and the pool makes 1 audio-s per s: a second is held back
+            pool._observed, pool._audio_per_s = 4, 1.0
+            _playing(pool, started_ago=0.0, sent_s=10.0)
+        first = asyncio.create_task(pool.run(gate.job("first"), clock=pool.playback().__enter__()))
+        await _until(lambda: pool.waiting == 1)
+        await asyncio.sleep(0.05)
+        assert gate.ran == ["busy"] and pool.granted["express"] == 0
+        gate.open("busy")
+        await busy
+        if case != "held":
+            await first
+            assert gate.ran == ["busy", "first"]
+        else:
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+
+    _run(main)
+
+
+def test_later_chunks_never_take_the_express_lane() -> None:
+    async def main() -> None:
+        pool, gate, busy = _busy_pool()
+        await _until(lambda: pool.busy == 1)
+        later = asyncio.create_task(pool.run(gate.job("later"), clock=_playing(pool, started_ago=0.0, sent_s=1.0)))
+        await _until(lambda: pool.waiting == 1)
+        await asyncio.sleep(0.05)
+        assert gate.ran == ["busy"] and pool.express_busy == 0
+        gate.open("busy")
+        await asyncio.gather(busy, later)
+
+    _run(main)
+
+
+def test_an_express_lane_handed_to_a_waiter_cancelled_in_the_same_instant_is_passed_on() -> None:
+    async def main() -> None:
+        pool, gate, busy = _busy_pool()
+        await _until(lambda: pool.busy == 1)
+        lane = pool._express_free.pop()  # held by an express inference about to end
+        gone = asyncio.create_task(pool.run(gate.job("gone"), clock=pool.playback().__enter__()))
+        after = asyncio.create_task(pool.run(gate.job("after"), clock=pool.playback().__enter__()))
+        await _until(lambda: pool.waiting == 2)
+        pool._release(lane)
+        gone.cancel()
+        await asyncio.gather(after, gone, return_exceptions=True)
+        assert gate.ran == ["busy", "after"] and pool._express_free == [lane]
+        gate.open("busy")
+        await busy
+
+    _run(main)
