@@ -117,9 +117,8 @@ class Engine:
         also where the runtime has none)."""
         pool.measurable = lambda: not runtime.bridge_serving  # the bridge on every slot prices no path
         # The express lane runs concurrently on an ONNX Runtime session (the bridge's included); OpenVINO's executor
-        # would only queue it for a stream (app.runtime.backends.base.Backend). Past capacity a new request waits
-        # before its first byte, as the issue's admission asks, rather than start and stall every listener more.
-        pool.express_ok = lambda: runtime.active_name == "onnxruntime" and pool.keeps_up(PAST_CAPACITY)
+        # would only queue it for a stream (app.runtime.backends.base.Backend).
+        pool.express_ok = lambda: runtime.active_name == "onnxruntime"
         self.release_frontend = release_frontend
         self.start_bridge = start_bridge
         """Open the bridge at the first load too, not only at restores (`app.runtime.local`)."""

@@ -93,14 +93,18 @@ class Settings:
     1.1-1.2 / 1.6-1.7 s p50 / p90 against 2.0-2.3 / 2.6-3.1 s, fewer stalls, the same audio per CPU-second; at 8
     clients (twice what the pool can play) first audio 2.8-3.3 against 4.5-4.6 s p50 and a quarter to a third more
     stalls (README, Latency). 0: a first chunk is due when it arrives."""
-    express_slots: int = 1
+    express_slots: int = 0
     """Deadline scheduler: first chunks that may run at once beyond the pool's streams when none is free (the express
     lane), instead of waiting for a running chunk to end; each runs concurrently on one of the streams' ONNX Runtime
     sessions, on CPUs the running chunks share with it for its short while. Not with OpenVINO serving (its executor
-    would only queue the call for a stream), nor past capacity (the measured real-time capacity under 0.8 x the
-    requests admitted, `app.engine.PAST_CAPACITY`: there a new request waits before its first byte rather than make
-    every listener stall more), nor while first chunks are held for real-time capacity. It lets later chunks be longer
-    under load (``TTS_BUSY_MAX_CHUNK_TOKENS``) without first audio waiting for them (README, Latency). 0: off."""
+    would only queue the call for a stream), nor while first chunks are held for real-time capacity. Off by default:
+    on the 2-vCPU Xeon with AMX (2026-12-04/05) it took first audio past capacity (8 clients) from 2.8-2.9 to 0.8-1.0 s
+    p50 but the stalls from 36 to 46-58 s per audio-minute, and at 4 clients, with later chunks of 60 tokens, it
+    made 3 % more audio per CPU-second in three windows of four and 3 % less in the fourth, for 4-6 x the stalls and
+    no sooner first audio
+    (README, Latency; bench/results/latency-20261204-xeon-express, -express2, latency-20261205-xeon-express-final).
+    For a deployment that would rather every new listener hear its first words within a second under overload (an
+    autoscaler adding instances behind it) than keep the admitted ones fed. 0: off."""
     realtime_factor: float = 0.0
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
@@ -139,17 +143,15 @@ class Settings:
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk
     can wait for it; a hung-up client's synthesis stops after the chunk in progress."""
-    busy_max_chunk_tokens: int = 60
+    busy_max_chunk_tokens: int = 45
     """With ``TTS_SLACK_CHUNKS``: upper bound on later model chunks while the pool does not keep up with its
     listeners (``TTS_SLACK_HEADROOM``) but has the measured capacity for them all, where it is smaller than
-    ``TTS_MAX_CHUNK_TOKENS``: a running chunk then holds its stream for less time, so a chunk waits less behind it;
-    a request that finds capacity to spare keeps the long chunks, and so do all past capacity, where every listener
-    runs short whatever the order and long chunks make the most audio per CPU-second. 60 with the express lane
-    (``TTS_EXPRESS_SLOTS``, which spares first chunks the wait) against 45 without it on the Xeon with AMX
-    (2026-12-04): 4 clients 0.83 / 1.08-1.31 s first audio p50 / p90 against 0.84-0.85 / 0.99-1.10 s, at 1.03 x the
-    audio per CPU-second (0.98 x the first-come-first-served pool's, against 0.95 x), 3-5 against 0.8 s of stalls per
-    audio-minute (README, Latency; bench/results/latency-20261204-xeon-express2). 0: ``TTS_MAX_CHUNK_TOKENS`` at any
-    load."""
+    ``TTS_MAX_CHUNK_TOKENS``: a running chunk then holds its stream for less time, so a new request's first chunk waits
+    less behind it; a request that finds capacity to spare keeps the long chunks, and so do all past capacity, where
+    every listener runs short whatever the order and long chunks make the most audio per CPU-second. 45 against 60 on
+    the Xeon with AMX (2026-12-04): 4 clients 0.86-0.90 / 1.11-1.17 s first audio p50 / p90 against 0.94-0.98 /
+    1.40-1.56 s and a third of the stalls, at 0.98-1.04 x the audio per CPU-second (README, Latency;
+    bench/results/latency-20261204-xeon-busy45, -busy45b). 0: ``TTS_MAX_CHUNK_TOKENS`` at any load."""
     wide_chunk_tokens: int = 120
     """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
     session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about
