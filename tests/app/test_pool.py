@@ -24,6 +24,8 @@ class Gate:
 
     def __init__(self) -> None:
         self.ran: list[str] = []
+        self.slots: dict[str, int] = {}
+        """The slot each job ran on."""
         self._events: dict[str, threading.Event] = {}
 
     def job(self, name: str, *, hold: bool = False) -> Callable[[int], str]:
@@ -33,6 +35,7 @@ class Gate:
 
         def run(slot: int) -> str:
             self.ran.append(name)
+            self.slots[name] = slot
             event.wait(10)
             return name
 
@@ -244,17 +247,7 @@ def test_a_chunk_alone_runs_wide_holding_every_slot_and_the_next_waits_for_it() 
     async def main() -> None:
         pool = StreamPool(2, 8)
         gate = Gate()
-        slots: dict[str, int] = {}
-
-        def job(name: str, *, hold: bool = False) -> Callable[[int], str]:
-            run = gate.job(name, hold=hold)
-
-            def record(slot: int) -> str:
-                slots[name] = slot
-                return run(slot)
-
-            return record
-
+        slots, job = gate.slots, gate.job
         wide = asyncio.create_task(pool.run(job("wide", hold=True), wide=True))
         await _until(lambda: pool.busy == 2)  # one inference holds both slots
         after = asyncio.create_task(pool.run(job("after"), wide=True))
@@ -456,17 +449,7 @@ def test_with_the_lane_taken_a_first_chunk_waits_and_takes_whichever_frees_first
     async def main() -> None:
         pool, gate, busy = _busy_pool()
         await _until(lambda: pool.busy == 1)
-        slots: dict[str, int] = {}
-
-        def job(name: str, *, hold: bool = False) -> Callable[[int], str]:
-            run = gate.job(name, hold=hold)
-
-            def record(slot: int) -> str:
-                slots[name] = slot
-                return run(slot)
-
-            return record
-
+        slots, job = gate.slots, gate.job
         one = asyncio.create_task(pool.run(job("one", hold=True), clock=pool.playback().__enter__()))
         await _until(lambda: pool.express_busy == 1)
         two = asyncio.create_task(pool.run(job("two"), clock=pool.playback().__enter__()))
@@ -475,7 +458,7 @@ def test_with_the_lane_taken_a_first_chunk_waits_and_takes_whichever_frees_first
         assert gate.ran == ["busy", "one"]  # at most one express inference at a time
         gate.open("one")
         await asyncio.gather(one, two)
-        assert slots == {"one": 1, "two": 1} and gate.ran == ["busy", "one", "two"]  # the lane freed first
+        assert slots == {"busy": 0, "one": 1, "two": 1} and gate.ran == ["busy", "one", "two"]  # the lane freed first
         gate.open("busy")
         await busy
         assert pool.busy == 0 and pool.express_busy == 0 and pool.waiting == 0
