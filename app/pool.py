@@ -173,7 +173,7 @@ class StreamPool:
         self._free = list(range(slots))
         self.express = express
         """Express lanes: first chunks that may run beyond the slots at once (module docstring)."""
-        self._express_free = list(range(slots + express - 1, slots - 1, -1))
+        self._express_free = list(reversed(range(slots, slots + express)))  # popped from the end: lowest first
         self.express_ok: Callable[[], bool] = lambda: True
         """Whether the runtime serving now runs an express lane concurrently (`app.engine` sets it)."""
         self._waiters: list[_Waiter] = []

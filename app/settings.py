@@ -101,8 +101,8 @@ class Settings:
     on the 2-vCPU Xeon with AMX (2026-12-04/05) it took first audio past capacity (8 clients) from 2.8-2.9 to 0.8-1.0 s
     p50 but the stalls from 36 to 46-58 s per audio-minute, and at 4 clients, with later chunks of 60 tokens, it
     made 3 % more audio per CPU-second in three windows of four and 3 % less in the fourth, for 4-6 x the stalls and
-    no sooner first audio
-    (README, Latency; bench/results/latency-20261204-xeon-express, -express2, latency-20261205-xeon-express-final).
+    no sooner first audio (README, Latency; bench/results/latency-20261204-xeon-express, -express2,
+    latency-20261205-xeon-express-final).
     For a deployment that would rather every new listener hear its first words within a second under overload (an
     autoscaler adding instances behind it) than keep the admitted ones fed. 0: off."""
     realtime_factor: float = 0.0
