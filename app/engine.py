@@ -82,7 +82,7 @@ class Engine:
                  timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
                  idle_first_chunk_tokens: int = 0, quick_frontend: bool = False,
                  standby: Callable[[], None] | None = None, busy_max_chunk_tokens: int = 0,
-                 second_chunk_tokens: int = 0) -> None:
+                 second_chunk_tokens: int = 0, busy_short_streams: int = 0) -> None:
         self.runtime = runtime
         self.standby = standby
         """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.standby`: the bridge held open in a
@@ -112,6 +112,12 @@ class Engine:
         self.busy_max_chunk_tokens = busy_max_chunk_tokens
         """With ``slack_chunks``: the bound on later chunks while the pool does not keep up
         (`app.pool.StreamPool.keeps_up`), where smaller than ``max_chunk_tokens``; 0: none."""
+        self.busy_short_streams = busy_short_streams
+        """While the busy bound is in force, this many streams' worth of later chunks keep to it and the rest may be cut
+        up to ``max_chunk_tokens``: at most ``slots - busy_short_streams`` chunks cut past the bound wait or run at once
+        (`_later_ceiling`), so a first chunk still finds a stream that frees soon. 0: every later chunk keeps to it."""
+        self._long = 0
+        """Later chunks cut past the busy bound that wait for a stream or run now (event loop only)."""
         self.wide_chunk_tokens = wide_chunk_tokens if runtime.has_wide else 0
         """Chunks of at most this many tokens run on the runtime's wide session when the pool is idle (0: never,
         also where the runtime has none)."""
@@ -176,45 +182,62 @@ class Engine:
         skip = 0  # non-whitespace characters of the chunks before this one, to place its words
         dense = words.dense_index(plan.phonemes) if plan.spoken else []
         sent = 0
+        long = False  # the chunk about to run counts in ``self._long``
         with self.pool.playback() as clock:
-            while phonemes:
-                ids = self.vocab.ids(phonemes)
-                placed = words.place(plan.phonemes, plan.spoken, [phonemes], self.vocab, skip=skip,
-                                     dense=dense)[0] if plan.spoken else ()
-                skip += sum(not c.isspace() for c in phonemes)
-                if ids:
-                    last = not any(self.vocab.known(c) for c in rest)
-                    tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-                    style = plan.voice.style_for(len(ids))
-                    # The pause a join keeps is spoken at the request's speed, like the model's own.
-                    pause_s = None if last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
-                    audio, cut, durations, _ = await self.pool.run(
-                        functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                        clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]),
-                        made_s=lambda done: done[3] / SAMPLE_RATE, wide=len(ids) <= self.wide_chunk_tokens)
-                    heard = None if durations is None else tuple(timestamps.word_times(
-                        placed, durations, cut=cut, kept=len(audio), offset=sent))
-                    yield Spoken(audio, heard)
-                    sent += len(audio)
-                    clock.sent(_audio_s(audio))
-                if not rest:
-                    return
-                ceiling = self._later_ceiling()
-                doubled = chunker.next_bound(bound, first_limit, self.second_chunk_tokens, ceiling)
-                bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=ceiling)
-                         if self.slack_chunks else doubled)
-                phonemes, rest = chunker.take(rest, bound, whole_within=ceiling)
+            try:
+                while phonemes:
+                    ids = self.vocab.ids(phonemes)
+                    placed = words.place(plan.phonemes, plan.spoken, [phonemes], self.vocab, skip=skip,
+                                         dense=dense)[0] if plan.spoken else ()
+                    skip += sum(not c.isspace() for c in phonemes)
+                    if ids:
+                        last = not any(self.vocab.known(c) for c in rest)
+                        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+                        style = plan.voice.style_for(len(ids))
+                        # The pause a join keeps is spoken at the request's speed, like the model's own.
+                        pause_s = None if last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
+                        audio, cut, durations, _ = await self.pool.run(
+                            functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed,
+                                              pause_s=pause_s),
+                            clock=clock, tokens=len(ids), audio_s=lambda done: _audio_s(done[0]),
+                            made_s=lambda done: done[3] / SAMPLE_RATE, wide=len(ids) <= self.wide_chunk_tokens)
+                        self._long -= long  # (a chunk past the bound has tokens)
+                        long = False
+                        heard = None if durations is None else tuple(timestamps.word_times(
+                            placed, durations, cut=cut, kept=len(audio), offset=sent))
+                        yield Spoken(audio, heard)
+                        sent += len(audio)
+                        clock.sent(_audio_s(audio))
+                    if not rest:
+                        return
+                    ceiling = self._later_ceiling()
+                    doubled = chunker.next_bound(bound, first_limit, self.second_chunk_tokens, ceiling)
+                    bound = (clock.chunk_bound(doubled, floor=first_limit, ceiling=ceiling)
+                             if self.slack_chunks else doubled)
+                    phonemes, rest = chunker.take(rest, bound, whole_within=ceiling)
+                    long = self._past_busy(phonemes)
+                    self._long += long
+            finally:
+                self._long -= long
 
     def _later_ceiling(self) -> int:
-        """The bound on the next later chunk: ``busy_max_chunk_tokens`` (with ``slack_chunks``) while the pool does
-        not keep up with its listeners but is not past its capacity (`PAST_CAPACITY`), else ``max_chunk_tokens``.
-        Past capacity every listener runs short whatever the chunks, and long ones make the most audio per CPU-second
-        (bench/results/latency-20261204-xeon-busy45c, -overload)."""
+        """The bound on the next later chunk: ``busy_max_chunk_tokens`` (with ``slack_chunks``) while the pool does not
+        keep up with its listeners but is not past its capacity (`PAST_CAPACITY`), else ``max_chunk_tokens``. With
+        ``busy_short_streams``, ``slots - busy_short_streams`` chunks past the busy bound may wait or run at once
+        (``_long``) while it is in force: a first chunk then waits at most for a short chunk on the streams kept to
+        it, and the long ones make fewer inferences. Past capacity every listener runs short whatever the chunks, and
+        long ones make the most audio per CPU-second (bench/results/latency-20261204-xeon-busy45c, -overload)."""
         busy = self.busy_max_chunk_tokens
         if (self.slack_chunks and 0 < busy < self.max_chunk_tokens and not self.pool.keeps_up()
-                and self.pool.keeps_up(PAST_CAPACITY)):
+                and self.pool.keeps_up(PAST_CAPACITY)
+                and (self.busy_short_streams <= 0 or self._long >= self.pool.slots - self.busy_short_streams)):
             return busy
         return self.max_chunk_tokens
+
+    def _past_busy(self, phonemes: str) -> bool:
+        """Whether a chunk goes past the busy bound (so counts in ``_long`` until its inference ends)."""
+        busy = self.busy_max_chunk_tokens
+        return 0 < busy and self.busy_short_streams > 0 and len(self.vocab.ids(phonemes)) > busy
 
     def _first_bound(self) -> int:
         """The first chunk's bound: ``idle_first_chunk_tokens`` where set and the pool is idle or keeps up with its

@@ -70,6 +70,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                     idle_first_chunk_tokens=settings.idle_first_chunk_tokens,
                     quick_frontend=settings.quick_frontend, standby=standby,
                     busy_max_chunk_tokens=settings.busy_max_chunk_tokens,
+                    busy_short_streams=settings.busy_short_streams,
                     second_chunk_tokens=settings.second_chunk_tokens)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)

@@ -152,6 +152,11 @@ class Settings:
     the Xeon with AMX (2026-12-04): 4 clients 0.86-0.90 / 1.11-1.17 s first audio p50 / p90 against 0.94-0.98 /
     1.40-1.56 s and a third of the stalls, at 0.98-1.04 x the audio per CPU-second (README, Latency;
     bench/results/latency-20261204-xeon-busy45, -busy45b). 0: ``TTS_MAX_CHUNK_TOKENS`` at any load."""
+    busy_short_streams: int = 0
+    """While ``TTS_BUSY_MAX_CHUNK_TOKENS`` bounds later chunks, keep it on this many streams only: up to streams less
+    this many later chunks past the bound (up to ``TTS_MAX_CHUNK_TOKENS``) may wait or run at once, so a new
+    request's first chunk still finds a stream that frees soon while the others run long chunks, fewer inferences.
+    0: every later chunk keeps to the bound (at least the streams: the same)."""
     wide_chunk_tokens: int = 120
     """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
     session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about
@@ -318,6 +323,7 @@ class Settings:
             ("second_chunk_tokens", self.second_chunk_tokens == 0 or 10 <= self.second_chunk_tokens <= 510,
              "0 (twice the first chunk's) or between 10 and 510"),
             ("max_chunk_tokens", 10 <= self.max_chunk_tokens <= 510, "between 10 and 510"),
+            ("busy_short_streams", 0 <= self.busy_short_streams <= 64, "between 0 (off) and 64"),
             ("busy_max_chunk_tokens", self.busy_max_chunk_tokens == 0 or 10 <= self.busy_max_chunk_tokens <= 510,
              "0 or between 10 and 510"),
             ("wide_chunk_tokens", self.wide_chunk_tokens == 0 or 10 <= self.wide_chunk_tokens <= 510,

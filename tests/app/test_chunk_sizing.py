@@ -123,25 +123,35 @@ def test_a_pool_short_of_capacity_keeps_the_doubling_rule() -> None:
 class TimedRuntime(FakeRuntime):
     """The fake runtime, taking ``per_token_s`` per token, recording each inference's token count."""
 
-    def __init__(self, per_token_s: float) -> None:
-        super().__init__(1)
+    def __init__(self, per_token_s: float, slots: int = 1) -> None:
+        super().__init__(slots)
         self.per_token_s = per_token_s
         self.tokens: list[int] = []
+        self.past = 0  # inferences of more than ``past_bound`` tokens running now, and the most at once
+        self.past_bound = 0
+        self.most_past = 0
 
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
-        self.tokens.append(tokens.shape[1] - 2)
-        time.sleep(self.per_token_s * self.tokens[-1])
+        count = tokens.shape[1] - 2
+        self.tokens.append(count)
+        past = 0 < self.past_bound < count
+        self.past += past  # (the GIL makes += on one attribute from two threads safe enough for a count of 2)
+        self.most_past = max(self.most_past, self.past)
+        try:
+            time.sleep(self.per_token_s * count)
+        finally:
+            self.past -= past
         return super().infer_timed(slot, tokens, style, speed)
 
 
 TEXT = " ".join(f"here is sentence {'abcdefhijk'[n % 10] * (1 + n // 10)} of many." for n in range(30))
 
 
-def _engine(per_token_s: float, *, slack: bool) -> tuple[Engine, TimedRuntime]:
-    runtime = TimedRuntime(per_token_s)
+def _engine(per_token_s: float, *, slack: bool, slots: int = 1) -> tuple[Engine, TimedRuntime]:
+    runtime = TimedRuntime(per_token_s, slots)
     runtime.load_primary()
-    engine = Engine(runtime, StreamPool(1, 4, margin_s=1.0), FakeFrontend(),  # type: ignore[arg-type]
+    engine = Engine(runtime, StreamPool(slots, 4, margin_s=1.0), FakeFrontend(),  # type: ignore[arg-type]
                     VoiceBank.load(None), Vocab.embedded(), default_lang="en-us", first_chunk_tokens=FLOOR,
                     max_chunk_tokens=CEILING, release_frontend=False, slack_chunks=slack, timestamps=True)
     return engine, runtime
@@ -277,6 +287,69 @@ def test_a_pool_that_does_not_keep_up_bounds_later_chunks_by_the_busy_bound() ->
     assert max(sizes["spare"]) > busy_bound
     assert max(sizes["near"][1:]) <= busy_bound and len(sizes["near"]) > len(sizes["spare"])
     assert max(sizes["past"]) > busy_bound and len(sizes["past"]) < len(sizes["near"])
+
+
+def _near_capacity(engine: Engine) -> None:
+    """Make ``engine``'s pool short of headroom but not past its capacity: the busy bound is in force."""
+    engine.pool.keeps_up = lambda headroom=None: headroom is not None  # type: ignore[method-assign]
+
+
+def test_the_busy_bound_can_be_kept_on_some_streams_only() -> None:
+    """``TTS_BUSY_SHORT_STREAMS``: while the busy bound is in force, streams less this many chunks past it may wait or
+    run at once (the others keep to it, so a first chunk finds a stream that frees soon); 0 bounds every later chunk.
+    Three requests on two streams: with 1, one long chunk at a time runs beside short ones, fewer inferences."""
+    busy_bound = FLOOR + 10
+    runs: dict[int, tuple[list[int], int]] = {}
+    for short in (0, 1):
+        engine, runtime = _engine(0.0005, slack=True, slots=2)
+        engine.busy_max_chunk_tokens, engine.busy_short_streams = busy_bound, short
+        _speak(engine, "warm up the pool with a few short sentences. " * 3)
+        _near_capacity(engine)
+        runtime.tokens.clear()
+        runtime.past_bound = busy_bound
+
+        async def three() -> list[list[str]]:
+            async def one() -> list[str]:
+                heard: list[str] = []
+                async for spoken in engine.stream_timed(engine.plan(TEXT, "jf_alpha", 1.0)):
+                    assert spoken.words is not None
+                    heard.extend(w.word for w in spoken.words)
+                return heard
+
+            return list(await asyncio.gather(one(), one(), one()))
+
+        assert asyncio.run(three()) == [TEXT.split()] * 3  # every word, once, in order, for each
+        assert engine._long == 0
+        runs[short] = (list(runtime.tokens), runtime.most_past)
+    bounded, mixed = runs[0][0], runs[1][0]
+    assert max(bounded) <= busy_bound and runs[0][1] == 0
+    assert max(mixed) > busy_bound and runs[1][1] == 1  # one stream's worth past the bound, never two
+    assert len(mixed) < len(bounded)
+
+
+def test_a_chunk_past_the_busy_bound_stops_counting_when_its_request_is_cancelled() -> None:
+    """A client that hangs up while its long chunk runs gives its place back (`Engine._long`), so the bound on the
+    other streams does not stick."""
+    engine, runtime = _engine(0.002, slack=True, slots=2)
+    engine.busy_max_chunk_tokens, engine.busy_short_streams = FLOOR + 10, 1
+    _speak(engine, "warm up the pool with a few short sentences. " * 3)
+    _near_capacity(engine)
+
+    async def hang_up_during_a_long_chunk() -> int:
+        async def listen() -> None:
+            async for _ in engine.stream_timed(engine.plan(TEXT, "jf_alpha", 1.0)):
+                pass
+
+        task = asyncio.create_task(listen())
+        while engine._long == 0:
+            assert not task.done()
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return engine._long
+
+    assert asyncio.run(hang_up_during_a_long_chunk()) == 0
 
 
 def test_keeps_up_takes_its_headroom_from_the_caller_or_the_setting() -> None:
