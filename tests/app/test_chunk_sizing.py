@@ -294,6 +294,18 @@ def _near_capacity(engine: Engine) -> None:
     engine.pool.keeps_up = lambda headroom=None: headroom is not None  # type: ignore[method-assign]
 
 
+async def _together(engine: Engine, count: int) -> list[list[str]]:
+    """The words each of ``count`` concurrent requests for `TEXT` heard."""
+    async def one() -> list[str]:
+        heard: list[str] = []
+        async for spoken in engine.stream_timed(engine.plan(TEXT, "jf_alpha", 1.0)):
+            assert spoken.words is not None
+            heard.extend(w.word for w in spoken.words)
+        return heard
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
 def test_the_busy_bound_can_be_kept_on_some_streams_only() -> None:
     """``TTS_BUSY_SHORT_STREAMS``: while the busy bound is in force, streams less this many chunks past it may wait or
     run at once (the others keep to it, so a first chunk finds a stream that frees soon); 0 bounds every later chunk.
@@ -307,18 +319,7 @@ def test_the_busy_bound_can_be_kept_on_some_streams_only() -> None:
         _near_capacity(engine)
         runtime.tokens.clear()
         runtime.past_bound = busy_bound
-
-        async def three() -> list[list[str]]:
-            async def one() -> list[str]:
-                heard: list[str] = []
-                async for spoken in engine.stream_timed(engine.plan(TEXT, "jf_alpha", 1.0)):
-                    assert spoken.words is not None
-                    heard.extend(w.word for w in spoken.words)
-                return heard
-
-            return list(await asyncio.gather(one(), one(), one()))
-
-        assert asyncio.run(three()) == [TEXT.split()] * 3  # every word, once, in order, for each
+        assert asyncio.run(_together(engine, 3)) == [TEXT.split()] * 3  # every word, once, in order, for each
         assert engine._long == 0
         runs[short] = (list(runtime.tokens), runtime.most_past)
     bounded, mixed = runs[0][0], runs[1][0]
