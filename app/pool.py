@@ -50,10 +50,8 @@ Contract:
   first chunk that finds no slot free does not wait for a running chunk to end; it runs at once as one inference
   beyond the pool's slots (slot numbers from ``slots`` on, which the runtime runs concurrently on one of its sessions),
   on CPUs the running chunks then share with it for its short while, at most ``express`` at a time; one that comes
-  while every lane is taken waits as before and takes the first lane or slot to free. With ``express_overdue`` a later
-  chunk past its deadline (its listener runs dry unless it starts now) may take a lane the same way, at once or as it
-  becomes overdue while waiting. Its speed is not a stream's (it runs oversubscribed), so like the wide slot it enters
-  neither the measured seconds per token nor the capacity.
+  while every lane is taken waits as before and takes the first lane or slot to free. Its speed is not a stream's
+  (it runs oversubscribed), so like the wide slot it enters neither the measured seconds per token nor the capacity.
 - Chunk sizes from the same clock: `Playback.chunk_bound` gives a request's next later chunk as many
   tokens as the pool infers (at its measured seconds per token) in that request's slack, between the
   first chunk's bound and the largest chunk; the engine cuts the chunk when it is due (`app.engine`).
@@ -151,13 +149,12 @@ class _Waiter:
     key: tuple[float, int, int]
     future: asyncio.Future[int] = field(compare=False)
     first: bool = field(compare=False)
-    due: float = field(compare=False, default=0.0)
 
 
 class StreamPool:
     def __init__(self, slots: int, queue_size: int, *, scheduler: str = "deadline", margin_s: float = 1.0,
                  realtime_factor: float = 0.0, slack_headroom: float = 0.0, first_credit_s: float = 0.0,
-                 wide_trials: int = 0, express: int = 0, express_overdue: bool = False) -> None:
+                 wide_trials: int = 0, express: int = 0) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
         if express < 0:
@@ -177,9 +174,6 @@ class StreamPool:
         self.express = express
         """Express lanes: first chunks that may run beyond the slots at once (module docstring)."""
         self._express_free = list(reversed(range(slots, slots + express)))  # popped from the end: lowest first
-        self.express_overdue = express_overdue
-        """Whether a later chunk past its deadline (its listener would run dry unless it starts now) may take an express
-        lane too, like a first chunk."""
         self.express_ok: Callable[[], bool] = lambda: True
         """Whether the runtime serving now runs an express lane concurrently (`app.engine` sets it)."""
         self._waiters: list[_Waiter] = []
@@ -420,16 +414,12 @@ class StreamPool:
         key = (0.0, arrival, order) if self.scheduler == "fifo" else (due, order, arrival)
         if self._free and not self._waiters and not self._held(first):
             return self._free.pop()
-        now = time.monotonic()
-        if (first or self._overdue(due, now)) and not self._free and self._express_open():
+        if first and not self._free and self._express_open():
             return self._express_free.pop()
-        loop = asyncio.get_running_loop()
-        waiter = _Waiter(key, loop.create_future(), first, due)
+        waiter = _Waiter(key, asyncio.get_running_loop().create_future(), first)
         if self._held(first):
             self.held_back += 1
         heapq.heappush(self._waiters, waiter)
-        if not first and self.express and self.express_overdue and due > now:
-            loop.call_later(due - now, self._wake)  # it may take a lane once overdue
         self._wake()
         try:
             return await waiter.future
@@ -440,10 +430,6 @@ class StreamPool:
                 self._waiters.remove(waiter)
                 heapq.heapify(self._waiters)
             raise
-
-    def _overdue(self, due: float, now: float) -> bool:
-        """Whether a later chunk due at ``due`` may take an express lane (``express_overdue``, past its deadline)."""
-        return self.express_overdue and due <= now
 
     def _is_express(self, slot: int) -> bool:
         return slot >= self.slots
@@ -476,13 +462,11 @@ class StreamPool:
             if waiter.future.done():  # cancelled meanwhile
                 continue
             waiter.future.set_result(self._free.pop())
-        now = time.monotonic()
         while self._waiters and self._express_open():
-            urgent = [i for i, w in enumerate(self._waiters)
-                      if (w.first or self._overdue(w.due, now)) and not w.future.done()]
-            if not urgent:
+            firsts = [i for i, w in enumerate(self._waiters) if w.first and not w.future.done()]
+            if not firsts:
                 break
-            index = min(urgent, key=lambda i: self._waiters[i].key)
+            index = min(firsts, key=lambda i: self._waiters[i].key)
             waiter = self._waiters.pop(index)
             heapq.heapify(self._waiters)
             waiter.future.set_result(self._express_free.pop())

@@ -105,10 +105,6 @@ class Settings:
     latency-20261205-xeon-express-final).
     For a deployment that would rather every new listener hear its first words within a second under overload (an
     autoscaler adding instances behind it) than keep the admitted ones fed. 0: off."""
-    express_overdue: bool = True
-    """With ``TTS_EXPRESS_SLOTS``: a later chunk past its deadline (its listener would run out of audio unless it starts
-    now) may take an express lane too, like a first chunk, at once or as it becomes overdue while waiting for a
-    stream. 0: first chunks only."""
     realtime_factor: float = 0.0
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
