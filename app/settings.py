@@ -156,7 +156,11 @@ class Settings:
     """While ``TTS_BUSY_MAX_CHUNK_TOKENS`` bounds later chunks, keep it on this many streams only: up to streams less
     this many later chunks past the bound (up to ``TTS_MAX_CHUNK_TOKENS``) may wait or run at once, so a new
     request's first chunk still finds a stream that frees soon while the others run long chunks, fewer inferences.
-    0: every later chunk keeps to the bound (at least the streams: the same)."""
+    On the 2-vCPU Zen 4 (2026-12-05, 4 clients held in the busy regime by ``TTS_SLACK_HEADROOM=2.5``) 1 made 0.93 and
+    0.84 x the old pool's audio per CPU-second where the bound on both streams made 0.89 and 0.80 x, at the same first
+    audio and twice the stalls (bench/results/latency-20261205-zen4-short1); unmeasured where the default headroom puts
+    4 clients in the busy regime (the Xeon with AMX). 0: every later chunk keeps to the bound (at least the streams:
+    the same)."""
     wide_chunk_tokens: int = 120
     """A chunk of at most this many tokens, due while every stream is idle and nothing waits, runs on one
     session with all the pool's threads (the ONNX Runtime bridge, then kept loaded beside the primary: about
