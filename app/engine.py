@@ -82,7 +82,7 @@ class Engine:
                  timestamps: bool = False, start_bridge: bool = False, wide_chunk_tokens: int = 0,
                  idle_first_chunk_tokens: int = 0, quick_frontend: bool = False,
                  standby: Callable[[], None] | None = None, busy_max_chunk_tokens: int = 0,
-                 second_chunk_tokens: int = 0, busy_short_streams: int = 0) -> None:
+                 second_chunk_tokens: int = 0, busy_short_streams: int = 0, lone_first_chunk_tokens: int = 0) -> None:
         self.runtime = runtime
         self.standby = standby
         """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.standby`: the bridge held open in a
@@ -103,6 +103,9 @@ class Engine:
         self.idle_first_chunk_tokens = idle_first_chunk_tokens
         """Bound on the first chunk of a request that finds the pool idle (nothing running, nothing waiting), where
         smaller than ``first_chunk_tokens``: its extra inference runs on CPUs nothing else wants. 0: the same."""
+        self.lone_first_chunk_tokens = lone_first_chunk_tokens
+        """Bound on the first chunk of a request that finds the pool idle (nothing running, nothing waiting), where
+        smaller than the other first-chunk bounds: a request alone hears its first words sooner. 0: none."""
         self.second_chunk_tokens = second_chunk_tokens
         """Bound on the second chunk where the playback clock does not size it; later ones double from it (0: twice the
         first chunk's bound): `app.text.chunker.next_bound`."""
@@ -240,13 +243,17 @@ class Engine:
         return 0 < busy and self.busy_short_streams > 0 and len(self.vocab.ids(phonemes)) > busy
 
     def _first_bound(self) -> int:
-        """The first chunk's bound: ``idle_first_chunk_tokens`` where set and the pool is idle or keeps up with its
-        listeners (`app.pool.StreamPool.keeps_up`: capacity to spare for the extra inference), else
-        ``first_chunk_tokens``."""
+        """The first chunk's bound: ``lone_first_chunk_tokens`` where set and the pool is idle; else
+        ``idle_first_chunk_tokens`` where set and the pool is idle or keeps up with its listeners
+        (`app.pool.StreamPool.keeps_up`: capacity to spare for the extra inference); else ``first_chunk_tokens``
+        (each where smaller than the next)."""
         idle = self.pool.busy == 0 and self.pool.waiting == 0
-        if (idle or self.pool.keeps_up()) and 0 < self.idle_first_chunk_tokens < self.first_chunk_tokens:
-            return self.idle_first_chunk_tokens
-        return self.first_chunk_tokens
+        bound = self.first_chunk_tokens
+        if (idle or self.pool.keeps_up()) and 0 < self.idle_first_chunk_tokens < bound:
+            bound = self.idle_first_chunk_tokens
+        if idle and 0 < self.lone_first_chunk_tokens < bound:
+            bound = self.lone_first_chunk_tokens
+        return bound
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                speed: float, pause_s: float | None

@@ -68,6 +68,7 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
                     choice=found.choice, timestamps=found.timestamps, start_bridge=settings.start_bridge,
                     wide_chunk_tokens=settings.wide_chunk_tokens,
                     idle_first_chunk_tokens=settings.idle_first_chunk_tokens,
+                    lone_first_chunk_tokens=settings.lone_first_chunk_tokens,
                     quick_frontend=settings.quick_frontend, standby=standby,
                     busy_max_chunk_tokens=settings.busy_max_chunk_tokens,
                     busy_short_streams=settings.busy_short_streams,

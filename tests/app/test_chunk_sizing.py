@@ -7,6 +7,7 @@ Fast: the pool's speed is measured from inferences that sleep, the engine runs o
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import numpy as np
@@ -221,6 +222,34 @@ def test_audio_of_sized_chunks_is_the_whole_text() -> None:
     tokens = len(engine.vocab.ids(TEXT))
     # The fake's tone is all sound (nothing to trim but a few samples): about one 25 ms unit per token.
     assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds
+
+
+def test_a_request_alone_gets_the_lone_first_chunk_and_one_beside_another_does_not() -> None:
+    """``lone_first_chunk_tokens``: the first chunk of a request that finds the pool idle is cut within it; one that
+    finds an inference running is not, even while the pool keeps up (that is ``idle_first_chunk_tokens``' case)."""
+    engine, runtime = _engine(0.001, slack=False, slots=2)
+    engine.first_chunk_tokens, engine.lone_first_chunk_tokens = 2 * FLOOR, 12
+    engine.pool.keeps_up = lambda headroom=None: True  # type: ignore[method-assign]
+    text = " ".join(TEXT.split(" ")[:24])
+    heard, _ = _speak(engine, text)
+    assert runtime.tokens[0] <= 12 and heard == text.split()
+
+    async def beside_a_running_inference() -> tuple[int, list[str]]:
+        gate = threading.Event()
+        holder = asyncio.create_task(engine.pool.run(lambda slot: gate.wait(10)))
+        while engine.pool.busy == 0:
+            await asyncio.sleep(0.001)
+        runtime.tokens.clear()
+        heard: list[str] = []
+        async for spoken in engine.stream_timed(engine.plan(text, "jf_alpha", 1.0)):
+            assert spoken.words is not None
+            heard.extend(w.word for w in spoken.words)
+        gate.set()
+        await holder
+        return runtime.tokens[0], heard
+
+    first, heard = asyncio.run(beside_a_running_inference())
+    assert 12 < first <= 2 * FLOOR and heard == text.split()
 
 
 @pytest.mark.parametrize("keeps_up", [False, True])
