@@ -407,8 +407,7 @@ def test_the_second_chunk_gets_its_own_bound_where_the_slack_does_not_size_it() 
         engine, runtime = _engine(0.001, slack=True)
         engine.first_chunk_tokens, engine.second_chunk_tokens = first, second
         _speak(engine, "warm up the pool with a few short sentences. " * 3)
-        engine.pool.keeps_up = (  # type: ignore[method-assign]
-            lambda headroom=None: headroom is not None)  # short of headroom, not past capacity
+        _near_capacity(engine)  # short of headroom, not past capacity
         runtime.tokens.clear()
         heard, _ = _speak(engine, text)
         assert heard == text.split()
