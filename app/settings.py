@@ -139,15 +139,14 @@ class Settings:
     load (bench/results/latency-20261204-xeon-resume); on a 2-vCPU Zen 5, idle only, first audio alone 0.54 s p50
     against 0.66 s with 30 (latency-20261202-zen5-idle20). 0 (the default) gives every first chunk
     ``TTS_FIRST_CHUNK_TOKENS``."""
-    lone_first_chunk_tokens: int = 0
+    lone_first_chunk_tokens: int = 12
     """Bound on the first model chunk of a request that finds every stream idle and nothing waiting (a request alone),
     where smaller than the other first-chunk bounds; its words reach the listener sooner, at the cost of one more
     short inference on CPUs nothing else wants. On the 2-vCPU Zen 4 (2026-12-05) 12 took first audio alone from
-    0.45 to 0.37 s p50 over the bench corpus (bench/results/latency-20261205-zen4-idle12); as
-    ``TTS_IDLE_FIRST_CHUNK_TOKENS`` (which also applies while a busy pool keeps up) 12 made 0.90 and 0.79 x the old
-    pool's audio per CPU-second at 4 clients where 20 made 0.865 and 0.875 x (``-idle12-load``), so it is the idle
-    pool's alone. Off by default for now: the suite's tests that compare a response with an earlier one assume chunks
-    cut by the text alone and do not pin it yet (12 is the value to set). 0: none."""
+    0.43 to 0.36 s p50 over the bench corpus at the same 4-client figures (bench/results/latency-20261205-zen4-lone12,
+    and 0.45 to 0.37 s in -idle12); as ``TTS_IDLE_FIRST_CHUNK_TOKENS`` (which also applies while a busy pool keeps up)
+    12 made 0.90 and 0.79 x the old pool's audio per CPU-second at 4 clients where 20 made 0.865 and 0.875 x
+    (``-idle12-load``), so it is the idle pool's alone. 0: none."""
     max_chunk_tokens: int = 120
     """Upper bound on later model chunks (the model accepts at most 510; bounds double from the first
     chunk's up to this): one running chunk holds its stream this long, and a new request's first chunk

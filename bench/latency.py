@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 VARIANTS: dict[str, dict[str, str]] = {
     "fifo": {"TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_SECOND_CHUNK_TOKENS": "0",
-             "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_MAX_CHUNK_TOKENS": "250", "TTS_SLACK_CHUNKS": "0",
+             "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_LONE_FIRST_CHUNK_TOKENS": "0",
+             "TTS_MAX_CHUNK_TOKENS": "250", "TTS_SLACK_CHUNKS": "0",
              "TTS_BUSY_MAX_CHUNK_TOKENS": "0", "TTS_EXPRESS_SLOTS": "0", "TTS_WARM_UP": "0"},
     "deadline": {},
 }

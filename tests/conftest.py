@@ -120,7 +120,8 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     # Nothing runs while released but the server, unless a test asks: the idle standby that starts the next inference
     # process at a release (TTS_RELEASED_PROCESS) is tested in tests/lifecycle/test_inference_process.py.
     env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1", "TTS_SLACK_CHUNKS": "0",
-           "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_QUICK_FRONTEND": "0", "TTS_RELEASED_PROCESS": "0"}
+           "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_LONE_FIRST_CHUNK_TOKENS": "0",
+           "TTS_QUICK_FRONTEND": "0", "TTS_RELEASED_PROCESS": "0"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
     log_path = log_dir / f"server-{port}.log"
     process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)

@@ -77,13 +77,13 @@ def test_faster_speech_has_proportionally_earlier_words(server: LiveServer, whol
 
 def test_the_default_chunking_under_load_loses_no_word(cache_dir: Path, tmp_path: Path) -> None:
     """The defaults cut chunks where the load allows (slack-sized later chunks once the pool has priced its
-    speed, a 20-token first chunk on an idle pool, 30 beside others): requests alone and side by side still speak
-    every word once, in order, with times that fit their audio."""
+    speed, a 12-token first chunk for a request alone, 20 beside others): requests alone and side by side still
+    speak every word once, in order, with times that fit their audio."""
     import concurrent.futures
 
     with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0", streams="1",
-                     slack_chunks="1", idle_first_chunk_tokens="20") as server:
-        alone = captioned(server, stream=False, response_format="wav")  # the pool idle: the small first chunk
+                     slack_chunks="1", lone_first_chunk_tokens="12") as server:
+        alone = captioned(server, stream=False, response_format="wav")  # the pool idle: the lone first chunk
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             side_by_side = list(pool.map(lambda _: captioned(server, stream=False, response_format="wav"), range(3)))
         info = httpx.get(f"{server.url}/v1/info", timeout=10).json()

@@ -27,7 +27,9 @@ tests stream both through each encoder."""
 
 @pytest.fixture(scope="module")
 def client(cache_dir: Path) -> Iterator[TestClient]:
-    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0, backend=SPEECH_BACKEND)
+    # Chunks cut by the text alone (as tests/conftest.py's live servers): the format tests compare lengths.
+    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0, backend=SPEECH_BACKEND,
+                        lone_first_chunk_tokens=0)
     with TestClient(create_app(settings)) as c:
         until_primary(lambda: c.get("/v1/info").json())  # the same audio every time: the primary's, not a bridge's
         yield c
