@@ -429,7 +429,7 @@ def _busy_pool(express: int = 1, **kwargs: object) -> tuple[StreamPool, Gate, as
 def test_a_first_chunk_that_finds_every_slot_busy_runs_at_once_on_the_express_lane() -> None:
     async def main() -> None:
         pool, gate, busy = _busy_pool()
-        await _until(lambda: pool.busy == 1)
+        await _until(lambda: pool.busy == 1 and gate.ran == ["busy"])  # its thread running, not only granted
         later = asyncio.create_task(pool.run(gate.job("later"), clock=_playing(pool, started_ago=9.0, sent_s=2.0)))
         await _until(lambda: pool.waiting == 1)  # a later chunk, even one overdue by 8 s, waits for the slot
         with pool.playback() as fresh:
@@ -448,7 +448,7 @@ def test_a_first_chunk_that_finds_every_slot_busy_runs_at_once_on_the_express_la
 def test_with_the_lane_taken_a_first_chunk_waits_and_takes_whichever_frees_first() -> None:
     async def main() -> None:
         pool, gate, busy = _busy_pool()
-        await _until(lambda: pool.busy == 1)
+        await _until(lambda: pool.busy == 1 and gate.ran == ["busy"])  # its thread running, not only granted
         slots, job = gate.slots, gate.job
         one = asyncio.create_task(pool.run(job("one", hold=True), clock=pool.playback().__enter__()))
         await _until(lambda: pool.express_busy == 1)
@@ -475,7 +475,7 @@ def test_no_express_lane_under_fifo_when_off_when_the_runtime_cannot_or_while_he
                                       realtime_factor=1.0 if case == "held" else 0.0)
         if case == "not-ok":
             pool.express_ok = lambda: False
-        await _until(lambda: pool.busy == 1)
+        await _until(lambda: pool.busy == 1 and gate.ran == ["busy"])  # its thread running, not only granted
         if case == "held":  # one request plays and the pool makes 1 audio-s per s: a second is held back
             pool._observed, pool._audio_per_s = 4, 1.0
             _playing(pool, started_ago=0.0, sent_s=10.0)
@@ -498,7 +498,7 @@ def test_no_express_lane_under_fifo_when_off_when_the_runtime_cannot_or_while_he
 def test_later_chunks_never_take_the_express_lane() -> None:
     async def main() -> None:
         pool, gate, busy = _busy_pool()
-        await _until(lambda: pool.busy == 1)
+        await _until(lambda: pool.busy == 1 and gate.ran == ["busy"])  # its thread running, not only granted
         later = asyncio.create_task(pool.run(gate.job("later"), clock=_playing(pool, started_ago=0.0, sent_s=1.0)))
         await _until(lambda: pool.waiting == 1)
         await asyncio.sleep(0.05)
@@ -512,7 +512,7 @@ def test_later_chunks_never_take_the_express_lane() -> None:
 def test_an_express_lane_handed_to_a_waiter_cancelled_in_the_same_instant_is_passed_on() -> None:
     async def main() -> None:
         pool, gate, busy = _busy_pool()
-        await _until(lambda: pool.busy == 1)
+        await _until(lambda: pool.busy == 1 and gate.ran == ["busy"])  # its thread running, not only granted
         lane = pool._express_free.pop()  # held by an express inference about to end
         gone = asyncio.create_task(pool.run(gate.job("gone"), clock=pool.playback().__enter__()))
         after = asyncio.create_task(pool.run(gate.job("after"), clock=pool.playback().__enter__()))
