@@ -23,7 +23,9 @@ Contract:
   second with every slot busy (``slots`` × the audio per inference-second of recent inferences).
   A request's first chunk waits, before any byte of it is sent, while the requests already
   playing (first audio sent, synthesis not finished) would need more than ``realtime_factor`` ×
-  that capacity at 1x; it starts when one of them finishes. The wait counts against the bounded
+  that capacity at 1x; it starts when one of them finishes. Never while fewer requests play than there
+  are slots: a request's chunks run one after another, so with fewer a stream would sit idle for want of
+  one, and holding the newcomer back would feed nobody faster. The wait counts against the bounded
   queue, so beyond it new requests get 429.
 - The wide slot (``run(..., wide=True)``, where the runtime has one: `app.runtime.protocol.WIDE`): a chunk that
   finds every slot free and nobody waiting takes them all and runs once on the runtime's wide session (all
@@ -396,8 +398,9 @@ class StreamPool:
         capacity = self.realtime_capacity
         if capacity is None:
             return False
-        # The request about to start needs 1 audio-second per second too; at least one always plays.
-        return self._playing >= 1 and self._playing + 1 > capacity * self.realtime_factor
+        # The request about to start needs 1 audio-second per second too. At least one request per slot always
+        # plays: each request's chunks run one at a time, so with fewer playing a stream would idle.
+        return self._playing >= self.slots and self._playing + 1 > capacity * self.realtime_factor
 
     def _idle(self, first: bool) -> bool:
         """Every slot free, nobody waiting, and the chunk not held for real-time capacity."""

@@ -105,10 +105,15 @@ class Settings:
     latency-20261205-xeon-express-final).
     For a deployment that would rather every new listener hear its first words within a second under overload (an
     autoscaler adding instances behind it) than keep the admitted ones fed. 0: off."""
-    realtime_factor: float = 0.0
+    realtime_factor: float = 1.0
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
-    second); 0 turns it off."""
+    second), and at least one plays per stream; 0 turns it off. Past capacity it trades a later first byte for fewer
+    stalls: on the 2-vCPU Zen 4 (2026-12-05) at 8 clients 1 made 20-23 s of stalls per audio-minute against 49-57 s
+    with 0, first audio 5.9-6.4 s p50 against 3.0-3.3 s, 0.95-1.06 x the audio per CPU-second (three windows,
+    bench/results/latency-20261205-zen4-admission and -b); at 2 and 4 clients it holds nobody back. Off (0) before:
+    on slower streams (about 1x real time, 2026-12-01) it left CPUs idle, which holding while fewer requests play
+    than there are streams now rules out."""
     warm_up: bool = True
     """Run one inference on every stream after each load (start, restore, the primary taking over from the
     bridge) before it serves, so the first request does not pay the runtime's first-call costs."""

@@ -47,14 +47,16 @@ VARIANTS: dict[str, dict[str, str]] = {
     "fifo": {"TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_SECOND_CHUNK_TOKENS": "0",
              "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_LONE_FIRST_CHUNK_TOKENS": "0",
              "TTS_MAX_CHUNK_TOKENS": "250", "TTS_SLACK_CHUNKS": "0",
-             "TTS_BUSY_MAX_CHUNK_TOKENS": "0", "TTS_EXPRESS_SLOTS": "0", "TTS_WARM_UP": "0"},
+             "TTS_BUSY_MAX_CHUNK_TOKENS": "0", "TTS_EXPRESS_SLOTS": "0", "TTS_WARM_UP": "0",
+             "TTS_REALTIME_FACTOR": "0"},
     "deadline": {},
 }
 """Named variants: ``fifo`` is the server as it was before the deadline scheduler (first come, first served,
 chunks of at most 100, then 200, then 250 tokens whatever the load, no warm-up; until 2026-12-04 evening the variant
 left the later rules on, `TTS_SLACK_CHUNKS` and `TTS_BUSY_MAX_CHUNK_TOKENS`, so its later chunks were 60 tokens under
 load: bench/results/latency-20261204-xeon-busy45b and -busy45c; the express lane, which the fifo scheduler never
-offers, is off as well); ``deadline`` is the current defaults."""
+offers, is off as well, and so are real-time admission and the lone first chunk, on by default since 2026-12-05);
+``deadline`` is the current defaults."""
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:

@@ -220,6 +220,31 @@ def test_beyond_realtime_capacity_a_new_request_waits_before_its_first_byte() ->
     _run(main)
 
 
+def test_realtime_admission_never_holds_a_request_back_while_a_stream_would_idle() -> None:
+    """With fewer requests playing than slots a stream has nothing to run between their chunks, so a newcomer starts
+    even where the players alone need more than the measured capacity; once every slot has a player, it waits."""
+    async def main() -> None:
+        pool = StreamPool(2, 8, realtime_factor=1.0)
+        gate = Gate()
+        for _ in range(4):  # each inference makes its audio at most half as fast as real time: capacity at most 1
+            await pool.run(lambda slot: time.sleep(0.02), tokens=10, audio_s=lambda _: 0.01)
+        capacity = pool.realtime_capacity
+        assert capacity is not None and capacity <= 1.0
+        with pool.playback() as one:
+            one.sent(2.0)  # one plays; with a second, two would need 2 audio-s per s
+            assert await asyncio.wait_for(pool.run(gate.job("second")), 5) == "second" and pool.held_back == 0
+            with pool.playback() as two:
+                two.sent(2.0)  # a player per slot: a third waits before its first byte
+                third = asyncio.create_task(pool.run(gate.job("third")))
+                await _until(lambda: pool.waiting == 1)
+                await asyncio.sleep(0.05)
+                assert gate.ran == ["second"] and pool.held_back == 1
+            await third  # one of the two finished: a slot's player is missing again, so it starts
+        assert gate.ran == ["second", "third"]
+
+    _run(main)
+
+
 def test_realtime_admission_off_never_holds_a_request_back() -> None:
     async def main() -> None:
         pool = StreamPool(1, 8, realtime_factor=0.0)
