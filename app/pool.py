@@ -25,8 +25,10 @@ Contract:
   playing (first audio sent, synthesis not finished) would need more than ``realtime_factor`` ×
   that capacity at 1x; it starts when one of them finishes. Never while fewer requests play than there
   are slots: a request's chunks run one after another, so with fewer a stream would sit idle for want of
-  one, and holding the newcomer back would feed nobody faster. The wait counts against the bounded
-  queue, so beyond it new requests get 429.
+  one, and holding the newcomer back would feed nobody faster. Nor for longer than ``max_hold_s``: after it
+  the first chunk is scheduled as if admission were off (players of long inputs can take minutes to finish,
+  longer than a client waits for a first byte). The wait counts against the bounded queue, so beyond it new
+  requests get 429.
 - The wide slot (``run(..., wide=True)``, where the runtime has one: `app.runtime.protocol.WIDE`): a chunk that
   finds every slot free and nobody waiting takes them all and runs once on the runtime's wide session (all
   the pool's threads on one inference); chunks that come meanwhile wait for it like for any busy slot, and
@@ -151,12 +153,14 @@ class _Waiter:
     key: tuple[float, int, int]
     future: asyncio.Future[int] = field(compare=False)
     first: bool = field(compare=False)
+    since: float = field(default=0.0, compare=False)
+    """When it began to wait (``time.monotonic()``)."""
 
 
 class StreamPool:
     def __init__(self, slots: int, queue_size: int, *, scheduler: str = "deadline", margin_s: float = 1.0,
                  realtime_factor: float = 0.0, slack_headroom: float = 0.0, first_credit_s: float = 0.0,
-                 wide_trials: int = 0, express: int = 0) -> None:
+                 wide_trials: int = 0, express: int = 0, max_hold_s: float = 0.0) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
         if express < 0:
@@ -170,6 +174,9 @@ class StreamPool:
         self.first_credit_s = first_credit_s
         """A first chunk counts as due this long before it arrives (`app.settings.Settings.first_chunk_credit_s`)."""
         self.realtime_factor = realtime_factor
+        self.max_hold_s = max_hold_s
+        """Longest a first chunk is held for real-time capacity before it is scheduled as if admission were off
+        (0: no bound)."""
         self.slack_headroom = slack_headroom
         """`keeps_up`'s factor; 0 counts the pool as keeping up whatever its load."""
         self._free = list(range(slots))
@@ -196,6 +203,8 @@ class StreamPool:
         the wide session) and how many first chunks on an express lane; for tests and the info endpoint."""
         self.held_back = 0
         """First chunks that waited for real-time capacity."""
+        self.hold_expired = 0
+        """Of those, how many were scheduled once ``max_hold_s`` had passed, capacity or not."""
         self.wide_trials = wide_trials
         """Inferences of each path (wide, one stream of the idle pool) measured before a chunk that finds the pool
         idle is sent by their speed; 0 sends every such chunk wide, unmeasured."""
@@ -307,6 +316,7 @@ class StreamPool:
                 "realtime_factor": self.realtime_factor, "keeps_up": self.keeps_up(),
                 "seconds_per_token": self.seconds_per_token,
                 "granted": dict(self.granted), "held_back": self.held_back,
+                "hold_expired": self.hold_expired,
                 "wide": {"state": self.wide_state, "trials": self.wide_trials,
                          "seconds_per_audio_s": self.lone_rate("wide"),
                          "stream_alone_seconds_per_audio_s": self.lone_rate("stream")}}
@@ -419,9 +429,12 @@ class StreamPool:
             return self._free.pop()
         if first and not self._free and self._express_open():
             return self._express_free.pop()
-        waiter = _Waiter(key, asyncio.get_running_loop().create_future(), first)
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(key, loop.create_future(), first, time.monotonic())
         if self._held(first):
             self.held_back += 1
+            if self.max_hold_s > 0:
+                loop.call_later(self.max_hold_s, self._wake)  # its hold ends then, whatever else happens
         heapq.heappush(self._waiters, waiter)
         self._wake()
         try:
@@ -464,6 +477,7 @@ class StreamPool:
             heapq.heapify(self._waiters)
             if waiter.future.done():  # cancelled meanwhile
                 continue
+            self.hold_expired += waiter.first and self._held(True)
             waiter.future.set_result(self._free.pop())
         while self._waiters and self._express_open():
             firsts = [i for i, w in enumerate(self._waiters) if w.first and not w.future.done()]
@@ -475,11 +489,19 @@ class StreamPool:
             waiter.future.set_result(self._express_free.pop())
 
     def _next_waiter(self) -> int | None:
-        """The earliest waiter that may run now: a first chunk held for real-time capacity is skipped."""
+        """The earliest waiter that may run now: a first chunk held for real-time capacity is skipped until it has
+        waited ``max_hold_s``."""
         if not self._held(True):
             return 0
-        eligible = [i for i, w in enumerate(self._waiters) if not w.first]
-        return min(eligible, key=lambda i: self._waiters[i].key) if eligible else None
+        now = time.monotonic()
+        eligible = [i for i, w in enumerate(self._waiters) if not w.first or self._hold_over(w, now)]
+        if not eligible:
+            return None
+        return min(eligible, key=lambda i: self._waiters[i].key)
+
+    def _hold_over(self, waiter: _Waiter, now: float) -> bool:
+        """Whether a first chunk has been held for real-time capacity as long as it may be."""
+        return self.max_hold_s > 0 and now - waiter.since >= self.max_hold_s - 1e-3
 
     def _observe(self, seconds: float, tokens: int, audio_s: float) -> None:
         if seconds <= 0:

@@ -60,7 +60,8 @@ def build_engine(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolSha
     pool = StreamPool(shape.streams, queue, scheduler=settings.scheduler, margin_s=settings.deadline_margin_s,
                       first_credit_s=settings.first_chunk_credit_s,
                       realtime_factor=settings.realtime_factor, slack_headroom=settings.slack_headroom,
-                      wide_trials=settings.wide_trials, express=settings.express_slots)
+                      wide_trials=settings.wide_trials, express=settings.express_slots,
+                      max_hold_s=settings.realtime_max_hold_s)
     engine = Engine(runtime, pool, frontend, found.voices, found.vocab,
                     default_lang=settings.lang, first_chunk_tokens=settings.first_chunk_tokens,
                     max_chunk_tokens=settings.max_chunk_tokens, slack_chunks=settings.slack_chunks,

@@ -114,6 +114,11 @@ class Settings:
     bench/results/latency-20261205-zen4-admission and -b); at 2 and 4 clients it holds nobody back. Off (0) before:
     on slower streams (about 1x real time, 2026-12-01) it left CPUs idle, which holding while fewer requests play
     than there are streams now rules out."""
+    realtime_max_hold_s: float = 10.0
+    """With ``TTS_REALTIME_FACTOR``: the longest a new request waits for real-time capacity before its first chunk is
+    scheduled as if admission were off. The players it waits for may be long inputs whose synthesis takes minutes,
+    longer than a client waits for a first byte; at 8 clients on the bench corpus (2-vCPU Zen 4) the held requests'
+    first audio was 8.7-10.1 s p90, so 10 s bounds the tail without undoing the hold. 0: no bound."""
     warm_up: bool = True
     """Run one inference on every stream after each load (start, restore, the primary taking over from the
     bridge) before it serves, so the first request does not pay the runtime's first-call costs."""
@@ -330,6 +335,7 @@ class Settings:
             ("first_chunk_credit_s", 0 <= self.first_chunk_credit_s <= 60, "between 0 and 60"),
             ("express_slots", 0 <= self.express_slots <= 64, "between 0 (off) and 64"),
             ("realtime_factor", 0 <= self.realtime_factor <= 100, "0 (off) or a positive factor up to 100"),
+            ("realtime_max_hold_s", 0 <= self.realtime_max_hold_s <= 3600, "0 (no bound) or seconds up to 3600"),
             ("slack_headroom", 0 <= self.slack_headroom <= 100, "0 (off) or a positive factor up to 100"),
             ("shape_cache", self.shape_cache >= -1, "-1 (OpenVINO's default), 0 (off) or more"),
             ("tune_memory_price", 0 <= self.tune_memory_price <= 10, "between 0 and 10"),

@@ -245,6 +245,28 @@ def test_realtime_admission_never_holds_a_request_back_while_a_stream_would_idle
     _run(main)
 
 
+def test_a_request_held_for_realtime_capacity_starts_once_its_hold_bound_has_passed() -> None:
+    """``max_hold_s``: the players may be long inputs that take minutes to finish; past the bound the held request is
+    scheduled as if admission were off (a free slot at once), and counted."""
+    async def main() -> None:
+        pool = StreamPool(1, 8, realtime_factor=1.0, max_hold_s=0.3)
+        gate = Gate()
+        for _ in range(4):
+            await pool.run(lambda slot: time.sleep(0.02), tokens=10, audio_s=lambda _: 0.01)
+        with pool.playback() as playing:
+            playing.sent(60.0)  # one long input plays on: without the bound the newcomer would wait for its end
+            started = time.monotonic()
+            held = asyncio.create_task(pool.run(gate.job("held")))
+            await _until(lambda: pool.held_back == 1)
+            await asyncio.sleep(0.1)
+            assert gate.ran == [] and pool.hold_expired == 0
+            assert await asyncio.wait_for(held, 5) == "held"
+            assert time.monotonic() - started >= 0.29 and pool.hold_expired == 1
+            assert pool.snapshot()["hold_expired"] == 1
+
+    _run(main)
+
+
 def test_realtime_admission_off_never_holds_a_request_back() -> None:
     async def main() -> None:
         pool = StreamPool(1, 8, realtime_factor=0.0)
