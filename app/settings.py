@@ -105,15 +105,17 @@ class Settings:
     latency-20261205-xeon-express-final).
     For a deployment that would rather every new listener hear its first words within a second under overload (an
     autoscaler adding instances behind it) than keep the admitted ones fed. 0: off."""
-    realtime_factor: float = 1.0
+    realtime_factor: float = 1.25
     """Real-time admission: a new request waits before its first byte while the requests already playing
     would need more than this × the pool's measured real-time capacity (audio-seconds it makes per
     second), and at least one plays per stream; 0 turns it off. Past capacity it trades a later first byte for fewer
-    stalls: on the 2-vCPU Zen 4 (2026-12-05) at 8 clients 1 made 20-23 s of stalls per audio-minute against 49-57 s
-    with 0, first audio 5.9-6.4 s p50 against 3.0-3.3 s, 0.95-1.06 x the audio per CPU-second (three windows,
-    bench/results/latency-20261205-zen4-admission and -b); at 2 and 4 clients it holds nobody back. Off (0) before:
-    on slower streams (about 1x real time, 2026-12-01) it left CPUs idle, which holding while fewer requests play
-    than there are streams now rules out."""
+    stalls. On the 2-vCPU Zen 4 (2026-12-05, bench/results/latency-20261205-zen4-admission-factor) at 8 clients 1.25
+    made 38 s of stalls per audio-minute against 53 s with 0 (1: 24 s; 20-23 s in -admission and -b), first audio
+    3.5 s p50 against 3.8 s (1: 4.9-6.4 s), the same audio per CPU-second; at 4 clients, where that pool runs near its
+    capacity (its estimate 3.6-4.7 audio-s per s), 1 held a few requests and made 1.10 and 0.98 s p50 at 0.96 x the
+    audio per CPU-second against 0.97-0.99 s with 0, where 1.25 made 0.93-0.95 s at the same efficiency: 1.25 leaves
+    a pool near its capacity alone. Off (0) before: on slower streams (about 1x real time, 2026-12-01) it left CPUs
+    idle, which holding while fewer requests play than there are streams now rules out."""
     realtime_max_hold_s: float = 10.0
     """With ``TTS_REALTIME_FACTOR``: the longest a new request waits for real-time capacity before its first chunk is
     scheduled as if admission were off. The players it waits for may be long inputs whose synthesis takes minutes,

@@ -267,6 +267,18 @@ def test_a_request_held_for_realtime_capacity_starts_once_its_hold_bound_has_pas
     _run(main)
 
 
+def test_the_realtime_capacity_weighs_each_inference_by_its_time() -> None:
+    """A stream that spends 2 s making 5 audio-s and 0.2 s making 0.2 (a short chunk, mostly edge audio the joins
+    trim) makes about 2.4 audio-s per second of its time; the average of the two ratios would read about 1.7 (where
+    the last inference was short)."""
+    pool = StreamPool(2, 8)
+    for _ in range(4):
+        pool._observe(2.0, 60, 5.0)
+        pool._observe(0.2, 12, 0.2)
+    capacity = pool.realtime_capacity
+    assert capacity is not None and 2 * 2.1 < capacity < 2 * 2.5, capacity
+
+
 def test_realtime_admission_off_never_holds_a_request_back() -> None:
     async def main() -> None:
         pool = StreamPool(1, 8, realtime_factor=0.0)
