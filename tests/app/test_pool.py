@@ -269,7 +269,7 @@ def test_a_request_held_for_realtime_capacity_starts_once_its_hold_bound_has_pas
 
 def test_the_realtime_capacity_weighs_each_inference_by_its_time() -> None:
     """A stream that spends 2 s making 5 audio-s and 0.2 s making 0.2 (a short chunk, mostly edge audio the joins
-    trim) makes about 2.4 audio-s per second of its time; the average of the two ratios would read about 1.7 (where
+    trim) makes about 2.4 audio-s per second of its time; the average of the two ratios would read about 1.8 (where
     the last inference was short)."""
     pool = StreamPool(2, 8)
     for _ in range(4):
