@@ -153,7 +153,7 @@ class _Waiter:
     key: tuple[float, int, int]
     future: asyncio.Future[int] = field(compare=False)
     first: bool = field(compare=False)
-    since: float = field(default=0.0, compare=False)
+    since: float = field(compare=False)
     """When it began to wait (``time.monotonic()``)."""
 
 
@@ -196,9 +196,9 @@ class StreamPool:
         self.seconds_per_token = 0.0
         """Average inference seconds per token (0 until measured); prices a chunk in `Playback.due`."""
         self._priced = 0
-        self._audio_per_s = 0.0
         self._audio_mean = 0.0
         self._seconds_mean = 0.0
+        """Averages of the audio an inference makes and of its seconds (`_observe`); their ratio is a stream's rate."""
         self._observed = 0
         self.granted = {"first": 0, "later": 0, "wide": 0, "express": 0}
         """Slots granted to first chunks and to later ones, and of those, how many ran wide (every slot held for
@@ -258,7 +258,7 @@ class StreamPool:
         """Audio-seconds per second the pool makes with every slot busy; None until measured."""
         if self._observed < MIN_OBSERVED:
             return None
-        return self.slots * self._audio_per_s
+        return self.slots * self._audio_mean / self._seconds_mean
 
     def keeps_up(self, headroom: float | None = None) -> bool:
         """Whether the pool makes audio at least ``headroom`` (default `slack_headroom`) times as fast as its requests
@@ -518,7 +518,6 @@ class StreamPool:
             # clients it read 3.4-4.5 audio-s per s (median 4.0) while the pool served 4.3-4.5.
             self._audio_mean = _average(self._audio_mean, audio_s)
             self._seconds_mean = _average(self._seconds_mean, seconds)
-            self._audio_per_s = self._audio_mean / self._seconds_mean
             self._observed += 1
             self._wake()
 

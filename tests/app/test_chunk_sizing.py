@@ -110,7 +110,7 @@ def test_a_pool_short_of_capacity_keeps_the_doubling_rule() -> None:
     assert _bound(one) == FALLBACK
     assert pool.snapshot()["keeps_up"] is False
     crowded = StreamPool(1, 32, margin_s=1.0, slack_headroom=1.5)
-    crowded._audio_per_s, crowded._observed = 4.0, MIN_OBSERVED  # 4 audio-s per second
+    crowded._audio_mean, crowded._seconds_mean, crowded._observed = 4.0, 1.0, MIN_OBSERVED  # 4 audio-s per second
     with crowded.admit(), crowded.admit():
         assert crowded.keeps_up()  # 2 requests need 3 audio-s per second at 1.5 x
         with crowded.admit():

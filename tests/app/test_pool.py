@@ -536,7 +536,7 @@ def test_no_express_lane_under_fifo_when_off_when_the_runtime_cannot_or_while_he
             pool.express_ok = lambda: False
         await _until(lambda: pool.busy == 1 and gate.ran == ["busy"])  # its thread running, not only granted
         if case == "held":  # one request plays and the pool makes 1 audio-s per s: a second is held back
-            pool._observed, pool._audio_per_s = 4, 1.0
+            pool._observed, pool._audio_mean, pool._seconds_mean = 4, 1.0, 1.0
             _playing(pool, started_ago=0.0, sent_s=10.0)
         first = asyncio.create_task(pool.run(gate.job("first"), clock=pool.playback().__enter__()))
         await _until(lambda: pool.waiting == 1)
