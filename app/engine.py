@@ -31,8 +31,9 @@ from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
 from app.runtime.protocol import Runtime
 from app.runtime.tuning import EngineChoice
-from app.text import chunker, words
+from app.text import chunker, languages, words
 from app.text.frontend import Frontend
+from app.text.languages import Language
 from app.text.vocab import Vocab
 from app.voices import Voice, VoiceBank
 
@@ -136,20 +137,28 @@ class Engine:
 
     # --- requests -------------------------------------------------------------------------
 
-    def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None,
-             phonemes: bool = False, need_words: bool = True) -> Plan:
-        """Validate and prepare; blocking (G2P), so call it from a worker thread. Without ``need_words`` (no word
-        timings asked for), a request that comes while misaki loads is phonemized by espeak-ng alone
-        (``quick_frontend``) instead of waiting for it."""
+    def check(self, voice: str, speed: float, lang: str | None = None) -> tuple[Voice, Language]:
+        """The request's voice and language, or `InvalidInput` (a 400): an unknown voice, a bad speed, or a language
+        this server cannot read. Cheap and loads nothing, so a request is refused before it is admitted or wakes a
+        released instance."""
         if not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
             raise InvalidInput(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}", param="speed")
         resolved = self.voices.resolve(voice)
+        language = (languages.parse(lang) if lang else resolved.language) or languages.parse(self.default_lang)
+        language.require()
+        return resolved, language
+
+    def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None,
+             phonemes: bool = False, need_words: bool = True) -> Plan:
+        """Validate and prepare; blocking (G2P), so call it from a worker thread. ``lang`` overrides the voice's
+        language (`app.text.languages.parse`). Without ``need_words`` (no word timings asked for), an English request
+        that comes while misaki loads is phonemized by espeak-ng alone (``quick_frontend``) instead of waiting."""
+        resolved, language = self.check(voice, speed, lang)
         if phonemes:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
-            accent = lang or ("en-gb" if resolved.british else self.default_lang)
             phoneme_text, spoken = self.frontend.phonemize_words(
-                text, accent, quick=self.quick_frontend and not need_words)
+                text, language.key, quick=self.quick_frontend and not need_words)
         chunks = chunker.chunk(phoneme_text, self.first_chunk_tokens, self.max_chunk_tokens, self.second_chunk_tokens)
         kept = tuple(c for c in chunks if self.vocab.ids(c))
         if not kept:
@@ -342,6 +351,7 @@ class Engine:
     def release(self) -> None:
         with self._state_lock:
             self.runtime.unload()
+            self.frontend.release_languages()
             if self.release_frontend:
                 self.frontend.unload()
             if self.standby is not None:

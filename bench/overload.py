@@ -80,7 +80,7 @@ def _p(outcomes: list[Outcome], q: float, name: str) -> float:
 
 
 def _body(text: str) -> dict[str, Any]:
-    return {"input": text, "voice": "jf_alpha", "response_format": "pcm", "stream": True}
+    return {"input": text, "voice": "af_heart", "response_format": "pcm", "stream": True}
 
 
 def solo(http: httpx.Client, url: str, text: str) -> bytes:

@@ -110,7 +110,7 @@ def schedule(options: SoakOptions) -> list[int]:
 
 def _speak(http: httpx.Client, url: str, tokens: int, speed: float) -> int:
     response = http.post(f"{url}/v1/audio/speech", json={
-        "input": phonemes_of(tokens), "input_format": "phonemes", "voice": "jf_alpha", "response_format": "pcm",
+        "input": phonemes_of(tokens), "input_format": "phonemes", "voice": "af_heart", "response_format": "pcm",
         "speed": speed, "stream": False})
     if response.status_code != 200:
         raise client.RequestFailed(f"{tokens} tokens: HTTP {response.status_code} {response.text[:200]}")

@@ -12,15 +12,30 @@ from app.audio import FORMATS
 from app.http.common import require_bearer, services
 from app.http.request import MODELS
 from app.served import default_voice
+from app.text import languages
 
 
 async def list_voices(request: Request) -> JSONResponse:
+    """Every voice as an object (``id``, ``name``, ``language``, ``lang_code``, ``gender``: the shape Open WebUI and
+    Kokoro-FastAPI's clients read), the default, what each alias stands for, and the languages with whether this
+    install can read each. ``?legacy=true``: ``voices`` as plain names, as this endpoint gave before."""
     svc = services(request)
     if svc.settings.api_key:
         require_bearer(request, svc.settings.api_key, "this endpoint")
     voices = svc.engine.voices
-    return JSONResponse({"voices": voices.names, "default": default_voice(svc.settings, voices),
-                         "aliases": voices.aliases})
+    listed: list[object]
+    if request.query_params.get("legacy", "").lower() in ("1", "true", "yes"):
+        listed = list(voices.names)
+    else:
+        listed = [_voice(name) for name in voices.names]
+    return JSONResponse({"voices": listed, "default": default_voice(svc.settings, voices), "aliases": voices.aliases,
+                         "languages": [lang.public() for lang in languages.LANGUAGES.values()]})
+
+
+def _voice(name: str) -> dict[str, object]:
+    language = languages.of_voice(name)
+    return {"id": name, "name": name, "language": language.name if language else None,
+            "lang_code": language.code if language else None, "gender": languages.gender_of(name)}
 
 
 async def list_models(request: Request) -> JSONResponse:
@@ -41,6 +56,7 @@ async def info(request: Request) -> JSONResponse:
         "primary_error": svc.engine.runtime.primary_error,
         "inferences_by_backend": dict(svc.engine.runtime.served),
         "frontend": svc.engine.frontend.serving,
+        "languages_loaded": svc.engine.frontend.languages_loaded,
         "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
         "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,
                  "slots": svc.pool.slots, "queue_size": svc.pool.queue_size, "capacity": svc.pool.capacity,

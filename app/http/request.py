@@ -8,13 +8,13 @@ from typing import Any
 
 from app.audio import FORMATS
 from app.errors import InputTooLarge, InvalidInput, InvalidType
+from app.text import languages
 
 MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 """Accepted model names: ours, and OpenAI's, so unchanged OpenAI clients work."""
 STREAM_FORMATS = ("audio", "sse")
 """``audio``: the encoded bytes as they come; ``sse``: OpenAI's server-sent events (base64 audio)."""
 MAX_INSTRUCTIONS = 4096
-_LANGS = {"a": "en-us", "en-us": "en-us", "en": "en-us", "b": "en-gb", "en-gb": "en-gb"}
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class SpeechRequest:
     speed: float
     stream: bool
     lang: str | None
-    """Accent override (``en-us`` or ``en-gb``); None follows the voice."""
+    """Language override (a `app.text.languages.Language` key, from ``lang_code``); None follows the voice."""
     phonemes: bool
     """``input`` is a phoneme string, not text."""
     stream_format: str = "audio"
@@ -60,8 +60,7 @@ class SpeechRequest:
                                param="response_format")
         speed = _get(body, "speed", float, 1.0)
         lang_code = _get(body, "lang_code", str, None)
-        if lang_code is not None and lang_code.lower() not in _LANGS:
-            raise InvalidInput("lang_code must be 'a' (American) or 'b' (British)", param="lang_code")
+        lang = languages.parse(lang_code).key if lang_code else None
         input_format = _get(body, "input_format", str, "text")
         if input_format not in ("text", "phonemes"):
             raise InvalidInput("input_format must be 'text' or 'phonemes'", param="input_format")
@@ -79,7 +78,7 @@ class SpeechRequest:
             response_format=fmt,
             speed=speed,
             stream=_get(body, "stream", bool, True),
-            lang=_LANGS[lang_code.lower()] if lang_code else None,
+            lang=lang,
             phonemes=input_format == "phonemes",
             stream_format=stream_format,
             instructions=instructions,

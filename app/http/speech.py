@@ -1,8 +1,9 @@
 """``POST /v1/audio/speech``: OpenAI's speech endpoint, streamed in chunks.
 
-Order matters for what a client sees: the body is read with a size cap, checked, admitted (or
-429 at once), the state restored if it was released, the text planned and the *first chunk
-synthesized* before the response starts. Every error up to there is a clean 4xx/5xx; after
+Order matters for what a client sees: the body is read with a size cap, checked (voice, speed and
+language too, so a bad request gets its 400 before it costs anything), admitted (or 429 at once), the
+state restored if it was released, the text planned and the *first chunk synthesized* before the
+response starts. Every error up to there is a clean 4xx/5xx; after
 that the audio streams, and the slot, admission and lifecycle hold are let go in the body
 iterator's ``finally``, which runs on completion, error, or client disconnect.
 """
@@ -175,6 +176,13 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
         raise NoTimestamps("word timestamps need a model that outputs its per-token durations; the model this "
                            "server runs (TTS_MODEL_PATH) has no duration tensor this server knows, so it can speak "
                            "(POST /v1/audio/speech) but not time its words")
+    # Refused before it is admitted or wakes a released instance: a bad voice, speed or language costs nothing.
+    try:
+        svc.engine.check(speech.voice, speech.speed, speech.lang)
+    except InvalidInput:
+        svc.metrics.requests.labels("refused").inc()
+        raise
+
     def plan() -> Plan:
         return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes,
                                need_words=captioned or speech.stream_format == "sse")

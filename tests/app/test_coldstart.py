@@ -21,7 +21,7 @@ TEXT = "Welcome back."
 
 def speak(server: LiveServer) -> np.ndarray:
     response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                          json={"input": TEXT, "voice": "jf_alpha", "response_format": "pcm"})
+                          json={"input": TEXT, "voice": "af_heart", "response_format": "pcm"})
     assert response.status_code == 200, response.text
     return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32767
 
@@ -79,7 +79,7 @@ def test_the_quick_front_end_serves_at_ready_and_misaki_takes_over_with_word_tim
         first = speak(server)
         assert len(first) > 12000 and np.abs(first).max() > 0.05
         captioned = httpx.post(f"{server.url}/dev/captioned_speech", timeout=120,
-                               json={"input": TEXT, "voice": "jf_alpha", "stream": False, "response_format": "wav"})
+                               json={"input": TEXT, "voice": "af_heart", "stream": False, "response_format": "wav"})
         assert captioned.status_code == 200, captioned.text
         assert [w["word"] for w in captioned.json()["timestamps"]] == ["Welcome", "back"]  # misaki's, waited for
         deadline = time.monotonic() + 30

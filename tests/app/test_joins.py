@@ -30,7 +30,7 @@ def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path) -> Non
     engine, _ = build_engine(settings, read_budget())
     engine.restore()
     try:
-        plan = engine.plan(TEXT, "jf_alpha", 1.0)
+        plan = engine.plan(TEXT, "af_heart", 1.0)
         assert len(plan.chunks) >= 5
 
         async def collect() -> list[npt.NDArray[np.float32]]:

@@ -104,7 +104,7 @@ def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(ca
         assert info["resolved"]["warm_up_s"] > 0
         assert info["inferences_by_backend"] == {}  # warm-up inferences serve nobody
         assert client.post("/v1/lifecycle/release", headers=ADMIN).status_code == 200
-        body = {"input": "Hello there.", "voice": "jf_alpha", "response_format": "pcm"}
+        body = {"input": "Hello there.", "voice": "af_heart", "response_format": "pcm"}
         assert client.post("/v1/audio/speech", json=body).status_code == 200
         parts = client.get("/v1/lifecycle").json()["last_restore_parts"]
         assert parts["warm_up_s"] == 0 and parts["bridge_s"] > 0  # the waiting request went first

@@ -182,7 +182,7 @@ def speak(url: str, text: str = TEXT, fmt: str = "wav") -> tuple[float, bytes]:
     started = time.monotonic()
     first = 0.0
     body = bytearray()
-    request = {"input": text, "voice": "jf_alpha", "response_format": fmt, "stream": True}
+    request = {"input": text, "voice": "af_heart", "response_format": fmt, "stream": True}
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=request, timeout=120) as response:
         assert response.status_code == 200, response.read()[:500]
         for chunk in response.iter_bytes():

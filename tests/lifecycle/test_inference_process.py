@@ -87,7 +87,7 @@ def test_a_crashed_inference_process_fails_the_requests_in_flight_and_the_next_o
     def long_request() -> None:
         try:
             with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=120,
-                              json={"input": LONG, "voice": "jf_alpha", "response_format": "pcm"}) as response:
+                              json={"input": LONG, "voice": "af_heart", "response_format": "pcm"}) as response:
                 outcome["status"] = response.status_code
                 outcome["bytes"] = sum(len(b) for b in response.iter_bytes())
         except httpx.HTTPError as exc:

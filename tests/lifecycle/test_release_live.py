@@ -22,7 +22,7 @@ ADMIN = {"Authorization": "Bearer admin-secret"}
 
 def speak(server: LiveServer, text: str = TEXT) -> bytes:
     response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                          json={"input": text, "voice": "jf_alpha", "response_format": "pcm"})
+                          json={"input": text, "voice": "af_heart", "response_format": "pcm"})
     assert response.status_code == 200, response.text
     return response.content
 

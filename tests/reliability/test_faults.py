@@ -31,7 +31,7 @@ TWO_CHUNKS = "Short one. This second sentence is long enough to go well over for
 
 def post(server: LiveServer, text: str = TEXT, speed: float = 1.0) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                      json={"input": text, "voice": "jf_alpha", "response_format": "pcm", "speed": speed})
+                      json={"input": text, "voice": "af_heart", "response_format": "pcm", "speed": speed})
 
 
 def speak(server: LiveServer, text: str = TEXT) -> bytes:
@@ -93,7 +93,7 @@ def test_an_inference_error_fails_only_that_request_and_the_slot_serves_again(fa
 def test_an_inference_error_mid_stream_cuts_only_that_stream_visibly(faulty: LiveServer) -> None:
     expected = speak(faulty)
     with httpx.stream("POST", f"{faulty.url}/v1/audio/speech", timeout=120, json={
-            "input": TWO_CHUNKS, "voice": "jf_alpha", "response_format": "pcm", "speed": 1.25}) as response:
+            "input": TWO_CHUNKS, "voice": "af_heart", "response_format": "pcm", "speed": 1.25}) as response:
         assert response.status_code == 200  # the first chunk was fine, so the response had started
         received = 0
         # No silent truncation: the chunked body never gets its last chunk, and the client can tell.
@@ -111,7 +111,7 @@ def test_a_slow_reader_gets_all_its_audio_and_holds_up_nobody(faulty: LiveServer
     expected = speak(faulty)
     received = 0
     with httpx.stream("POST", f"{faulty.url}/v1/audio/speech", timeout=120, json={
-            "input": long_text, "voice": "jf_alpha", "response_format": "pcm"}) as response:
+            "input": long_text, "voice": "af_heart", "response_format": "pcm"}) as response:
         chunks = response.iter_raw(4096)
         received += len(next(chunks))
         started = time.monotonic()

@@ -17,7 +17,7 @@ TEXT = "Back again, with nobody asking."
 
 def post(url: str) -> httpx.Response:
     return httpx.post(f"{url}/v1/audio/speech", timeout=120,
-                      json={"input": TEXT, "voice": "jf_alpha", "response_format": "pcm"})
+                      json={"input": TEXT, "voice": "af_heart", "response_format": "pcm"})
 
 
 def test_a_restore_that_failed_once_is_ready_again_with_no_traffic(cache_dir: Path, tmp_path: Path,

@@ -16,7 +16,7 @@ from tests.conftest import LiveServer
 def test_the_server_opens_no_connection_of_its_own(server: LiveServer) -> None:
     """After serving, every socket of the process is its listener or a client's connection to it."""
     response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                          json={"input": "No telemetry, please.", "voice": "jf_alpha", "response_format": "pcm"})
+                          json={"input": "No telemetry, please.", "voice": "af_heart", "response_format": "pcm"})
     assert response.status_code == 200
     port = int(server.url.rsplit(":", 1)[1])
     for connection in psutil.Process(server.process.pid).net_connections(kind="inet"):
@@ -29,12 +29,12 @@ def test_requests_never_make_the_server_open_files(server: LiveServer) -> None:
     """Voices, formats and models are names from a fixed table: a path in a request is refused, not opened."""
     process = psutil.Process(server.process.pid)
     before = {f.path for f in process.open_files()}
-    for voice in ("/etc/passwd", "../../../etc/passwd", "jf_alpha/../../etc/hostname"):
+    for voice in ("/etc/passwd", "../../../etc/passwd", "af_heart/../../etc/hostname"):
         response = httpx.post(f"{server.url}/v1/audio/speech", timeout=60,
                               json={"input": "hi", "voice": voice, "response_format": "pcm"})
         assert response.status_code == 400
     response = httpx.post(f"{server.url}/v1/audio/speech", timeout=60,
-                          json={"input": "hi", "voice": "jf_alpha", "response_format": "/etc/passwd"})
+                          json={"input": "hi", "voice": "af_heart", "response_format": "/etc/passwd"})
     assert response.status_code == 400
     assert {f.path for f in process.open_files()} <= before
 
@@ -42,7 +42,7 @@ def test_requests_never_make_the_server_open_files(server: LiveServer) -> None:
 def inference_processes(server: LiveServer) -> list[psutil.Process]:
     """The server's children, after a request made sure the inference process runs."""
     assert httpx.post(f"{server.url}/v1/audio/speech", timeout=120, json={
-        "input": "Wake the inference process.", "voice": "jf_alpha", "response_format": "pcm"}).status_code == 200
+        "input": "Wake the inference process.", "voice": "af_heart", "response_format": "pcm"}).status_code == 200
     children = psutil.Process(server.process.pid).children(recursive=True)
     assert any("app.runtime.child" in " ".join(c.cmdline()) for c in children), children
     return children
@@ -72,10 +72,10 @@ def test_requests_never_make_the_inference_process_open_files(server: LiveServer
     hostile = [{"voice": "/etc/passwd"}, {"voice": "../../../etc/hostname"}, {"response_format": "/etc/passwd"},
                {"model": "/etc/passwd"}]
     for fields in hostile:
-        body = {"input": "hi", "voice": "jf_alpha", "response_format": "pcm", **fields}
+        body = {"input": "hi", "voice": "af_heart", "response_format": "pcm", **fields}
         assert httpx.post(f"{server.url}/v1/audio/speech", timeout=60, json=body).status_code == 400
     spoken = httpx.post(f"{server.url}/v1/audio/speech", timeout=120, json={
-        "input": "/etc/passwd and ../../etc/shadow", "voice": "jf_alpha", "response_format": "pcm"})
+        "input": "/etc/passwd and ../../etc/shadow", "voice": "af_heart", "response_format": "pcm"})
     assert spoken.status_code == 200  # read out as words, not opened
     for child in children:
         opened = {f.path for f in child.open_files()}

@@ -54,7 +54,7 @@ def connect(server: LiveServer, text: str) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: it sets the TCP window
     sock.connect((host, int(port)))
-    body = json.dumps({"input": text, "voice": "jf_alpha", "response_format": "pcm"}).encode()
+    body = json.dumps({"input": text, "voice": "af_heart", "response_format": "pcm"}).encode()
     sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
                  b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     return sock
@@ -76,7 +76,7 @@ def dechunk(raw: bytes) -> tuple[bytes, bytes]:
 
 def speak(server: LiveServer, text: str) -> bytes:
     response = httpx.post(f"{server.url}/v1/audio/speech", timeout=60,
-                          json={"input": text, "voice": "jf_alpha", "response_format": "pcm"})
+                          json={"input": text, "voice": "af_heart", "response_format": "pcm"})
     assert response.status_code == 200, response.text
     return response.content
 

@@ -110,6 +110,13 @@ class FakeFrontend:
     def unload(self) -> None:
         self.loaded = False
 
+    def release_languages(self) -> None:
+        pass
+
+    @property
+    def languages_loaded(self) -> list[str]:
+        return ["en-us"] if self.loaded else []
+
     @property
     def serving(self) -> str:
         return "misaki" if self.loaded else "none"

@@ -45,7 +45,7 @@ def expected(client: TestClient) -> list[dict[str, object]]:
     in the vocabulary (not ``H``, for one), played one after another; the space where two chunks join is in
     neither."""
     engine = client.app_state["services"].engine  # type: ignore[attr-defined]
-    plan = engine.plan(TEXT, "jf_alpha", 1.0)
+    plan = engine.plan(TEXT, "af_heart", 1.0)
     assert len(plan.chunks) >= 3
     known = engine.vocab.known
     spoken = "".join(c for chunk in plan.chunks for c in chunk if known(c))
@@ -60,7 +60,7 @@ def expected(client: TestClient) -> list[dict[str, object]]:
 
 
 def test_whole_json_has_the_audio_and_every_word_at_its_time(client: TestClient) -> None:
-    response = client.post("/dev/captioned_speech", json={"input": TEXT, "voice": "jf_alpha",
+    response = client.post("/dev/captioned_speech", json={"input": TEXT, "voice": "af_heart",
                                                          "response_format": "wav", "stream": False})
     assert response.status_code == 200 and response.headers["content-type"] == "application/json"
     body = response.json()
@@ -72,9 +72,9 @@ def test_whole_json_has_the_audio_and_every_word_at_its_time(client: TestClient)
 
 
 def test_the_ndjson_stream_has_one_line_per_chunk_with_its_words_in_whole_response_time(client: TestClient) -> None:
-    whole = client.post("/dev/captioned_speech", json={"input": TEXT, "voice": "jf_alpha",
+    whole = client.post("/dev/captioned_speech", json={"input": TEXT, "voice": "af_heart",
                                                       "response_format": "pcm", "stream": False}).json()
-    response = client.post("/dev/captioned_speech", json={"input": TEXT, "voice": "jf_alpha",
+    response = client.post("/dev/captioned_speech", json={"input": TEXT, "voice": "af_heart",
                                                          "response_format": "pcm"})
     assert response.status_code == 200 and response.headers["content-type"].startswith("application/x-ndjson")
     lines = [json.loads(line) for line in response.text.splitlines()]
@@ -97,7 +97,7 @@ def test_return_timestamps_false_sends_none(client: TestClient) -> None:
 
 
 def test_sse_sends_each_chunks_words_after_its_audio(client: TestClient) -> None:
-    response = client.post("/v1/audio/speech", json={"input": TEXT, "voice": "jf_alpha", "response_format": "pcm",
+    response = client.post("/v1/audio/speech", json={"input": TEXT, "voice": "af_heart", "response_format": "pcm",
                                                      "stream_format": "sse"})
     sent = events(response.content)
     kinds = [e["type"] for e in sent]

@@ -25,7 +25,7 @@ WORDS = [w.strip(".,") for w in TEXT.split()]
 
 def captioned(server: LiveServer, **body: object) -> httpx.Response:
     return httpx.post(f"{server.url}/dev/captioned_speech", timeout=120,
-                      json={"input": TEXT, "voice": "jf_alpha", "response_format": "pcm", **body})
+                      json={"input": TEXT, "voice": "af_heart", "response_format": "pcm", **body})
 
 
 def check_times(words: list[dict[str, object]], audio_s: float) -> None:

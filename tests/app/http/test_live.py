@@ -27,7 +27,7 @@ def one_stream(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 
 def body(text: str, fmt: str = "pcm") -> dict[str, object]:
-    return {"model": "kokoro", "input": text, "voice": "jf_alpha", "response_format": fmt, "stream": True}
+    return {"model": "kokoro", "input": text, "voice": "af_heart", "response_format": fmt, "stream": True}
 
 
 def in_flight(server: LiveServer) -> int:
@@ -89,11 +89,11 @@ def test_official_openai_client_works_unchanged(one_stream: LiveServer, tmp_path
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{one_stream.url}/v1", api_key="not-needed")
-    speech = client.audio.speech.create(model="tts-1", voice="jf_alpha", input="Hello from the OpenAI client.",
+    speech = client.audio.speech.create(model="tts-1", voice="af_heart", input="Hello from the OpenAI client.",
                                         response_format="wav")
     assert speech.content[:4] == b"RIFF" and len(speech.content) > 24000
     target = tmp_path / "out.mp3"
-    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="jf_alpha",
+    with client.audio.speech.with_streaming_response.create(model="tts-1", voice="af_heart",
                                                             input="Streaming to a file.") as response:
         response.stream_to_file(target)
     from tests.app.test_audio import decode_with_ffmpeg

@@ -35,26 +35,26 @@ def metric(client: TestClient, name: str) -> float:
 
 
 def test_a_request_is_spoken_by_the_runtime(client: TestClient) -> None:
-    response = client.post("/v1/audio/speech", json={"input": "hello there", "voice": "jf_alpha",
+    response = client.post("/v1/audio/speech", json={"input": "hello there", "voice": "af_heart",
                                                      "response_format": "pcm"})
     assert response.status_code == 200 and response.headers["content-type"] == "audio/pcm"
     assert len(response.content) == 2 * len("hello there") * SAMPLES_PER_TOKEN  # 16-bit samples, one per token
 
 
 ERRORS = [
-    ({"input": "", "voice": "jf_alpha"}, 400, "input"),
-    ({"input": "   \n\t ", "voice": "jf_alpha"}, 400, "input"),
+    ({"input": "", "voice": "af_heart"}, 400, "input"),
+    ({"input": "   \n\t ", "voice": "af_heart"}, 400, "input"),
     ({"input": "hi", "voice": "nobody"}, 400, "voice"),
-    ({"input": "hi", "voice": "jf_alpha", "response_format": "ogg"}, 400, "response_format"),
-    ({"input": "hi", "voice": "jf_alpha", "speed": 9}, 400, "speed"),
-    ({"input": "hi", "voice": "jf_alpha", "speed": 0.1}, 400, "speed"),
-    ({"input": "hi", "voice": "jf_alpha", "speed": "fast"}, 422, "speed"),
-    ({"input": 42, "voice": "jf_alpha"}, 422, "input"),
-    ({"input": "hi", "voice": ["jf_alpha"]}, 422, "voice"),
-    ({"input": "hi", "voice": "jf_alpha", "stream": "yes"}, 422, "stream"),
+    ({"input": "hi", "voice": "af_heart", "response_format": "ogg"}, 400, "response_format"),
+    ({"input": "hi", "voice": "af_heart", "speed": 9}, 400, "speed"),
+    ({"input": "hi", "voice": "af_heart", "speed": 0.1}, 400, "speed"),
+    ({"input": "hi", "voice": "af_heart", "speed": "fast"}, 422, "speed"),
+    ({"input": 42, "voice": "af_heart"}, 422, "input"),
+    ({"input": "hi", "voice": ["af_heart"]}, 422, "voice"),
+    ({"input": "hi", "voice": "af_heart", "stream": "yes"}, 422, "stream"),
     ({"input": "hi", "model": "whisper-1"}, 400, "model"),
-    ({"input": "x" * 601, "voice": "jf_alpha"}, 413, "input"),
-    ({"voice": "jf_alpha"}, 400, "input"),
+    ({"input": "x" * 601, "voice": "af_heart"}, 413, "input"),
+    ({"voice": "af_heart"}, 400, "input"),
 ]
 
 
@@ -81,15 +81,19 @@ def test_huge_body_is_refused_before_parsing(client: TestClient) -> None:
 
 
 def test_an_inference_error_is_a_500_before_the_response_starts(client: TestClient) -> None:
-    response = client.post("/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha", "speed": FAIL_SPEED})
+    response = client.post("/v1/audio/speech", json={"input": "hi", "voice": "af_heart", "speed": FAIL_SPEED})
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "inference_failed"
-    assert client.post("/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha"}).status_code == 200
+    assert client.post("/v1/audio/speech", json={"input": "hi", "voice": "af_heart"}).status_code == 200
 
 
 def test_catalog_endpoints(client: TestClient) -> None:
     voices = client.get("/v1/audio/voices").json()
-    assert "jf_alpha" in voices["voices"] and voices["default"] == voices["voices"][0]
+    assert len(voices["voices"]) == 54 and voices["default"] == voices["voices"][0]["id"] == "af_heart"
+    assert {(v["lang_code"], v["gender"]) for v in voices["voices"]} >= {("a", "female"), ("j", "male"), ("z", "male")}
+    assert {lang["lang_code"] for lang in voices["languages"]} == set("abefhijpz")
+    legacy = client.get("/v1/audio/voices?legacy=true").json()
+    assert legacy["voices"][0] == "af_heart" and len(legacy["voices"]) == 54
     assert "kokoro" in [m["id"] for m in client.get("/v1/models").json()["data"]]
     info = client.get("/v1/info").json()
     assert info["resolved"]["backend"] == "fake" and info["active_backend"] == "fake"
@@ -104,7 +108,7 @@ def test_metrics_counters_rise(client: TestClient) -> None:
     before = {name: metric(client, name) for name in (ok, refused, "tts_audio_seconds_total",
                                                       "tts_first_audio_seconds_count")}
     for fmt in ("pcm", "wav"):  # one streamed, one whole
-        body = {"input": "abcd", "voice": "jf_alpha", "response_format": fmt, "stream": fmt == "pcm"}
+        body = {"input": "abcd", "voice": "af_heart", "response_format": fmt, "stream": fmt == "pcm"}
         assert client.post("/v1/audio/speech", json=body).status_code == 200
     assert client.post("/v1/audio/speech", json={"input": "hi", "voice": "nobody"}).status_code == 400
     assert metric(client, ok) == before[ok] + 2
@@ -124,11 +128,13 @@ def test_overload_gets_429_with_retry_after_while_admitted_requests_finish(tmp_p
     with TestClient(create_app(settings, engine=engine)) as client:
         held: dict[str, int] = {}
         first = threading.Thread(target=lambda: held.update(status=client.post(
-            "/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha"}).status_code))
+            "/v1/audio/speech", json={"input": "hi", "voice": "af_heart"}).status_code))
         first.start()
         assert runtime.started.wait(10)
-        refused = client.post("/v1/audio/speech", json={"input": "hi", "voice": "jf_alpha"})
+        refused = client.post("/v1/audio/speech", json={"input": "hi", "voice": "af_heart"})
+        bad = client.post("/v1/audio/speech", json={"input": "hi", "voice": "nobody"})  # its 400, not a 429
         runtime.gate.set()
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "voice_not_found"
         first.join(10)
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
         assert refused.json()["error"]["type"] == "rate_limit_error"
@@ -137,7 +143,7 @@ def test_overload_gets_429_with_retry_after_while_admitted_requests_finish(tmp_p
 
 def test_api_key_guards_speech_and_voices_not_probes(tmp_path: Path) -> None:
     settings = Settings(cache_dir=tmp_path, api_key="k3y", admin_token="4dmin", **SETTINGS)  # type: ignore[arg-type]
-    body = {"input": "Hi.", "voice": "jf_alpha", "response_format": "pcm"}
+    body = {"input": "Hi.", "voice": "af_heart", "response_format": "pcm"}
     with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
         assert client.post("/v1/audio/speech", json=body).status_code == 401
         wrong = client.post("/v1/audio/speech", json=body, headers={"Authorization": "Bearer nope"})
@@ -231,7 +237,7 @@ def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: P
                         **SETTINGS)  # type: ignore[arg-type]
     engine = fake_engine(settings)
     watch = RestoreWatch(engine)
-    body = {"input": "hello there", "voice": "jf_alpha", "response_format": "pcm"}
+    body = {"input": "hello there", "voice": "af_heart", "response_format": "pcm"}
     with TestClient(create_app(settings, engine=engine)) as client:
         assert client.post("/v1/audio/speech", json=body).status_code == 200
         assert watch.phonemized_after_loads == [1]  # warm: the start's load, nothing to restore
@@ -240,9 +246,10 @@ def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: P
         assert spoken.status_code == 200 and len(spoken.content) == 2 * len("hello there") * SAMPLES_PER_TOKEN
         # Beside the restore: before its load has finished; else after it.
         assert watch.phonemized_after_loads == [1, 2 if release_frontend else 1]
-        # A request the plan refuses, sent to a released server: the same clean 400, and the state is restored.
+        # Bad requests sent to a released server: a clean 400 each, before admission, and nothing is restored.
         assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer 4dmin"}).json()["released"]
-        refused = client.post("/v1/audio/speech", json={**body, "speed": 9})
-        assert refused.status_code == 400 and refused.json()["error"]["param"] == "speed"
-        assert client.get("/v1/lifecycle").json()["state"] == "warm"
+        for bad, param in (({"speed": 9}, "speed"), ({"voice": "nobody"}, "voice"), ({"lang_code": "xx"}, "lang_code")):
+            refused = client.post("/v1/audio/speech", json={**body, **bad})
+            assert refused.status_code == 400 and refused.json()["error"]["param"] == param
+        assert client.get("/v1/lifecycle").json()["state"] == "released"
         assert client.post("/v1/audio/speech", json=body).status_code == 200

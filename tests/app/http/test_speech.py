@@ -36,14 +36,14 @@ def client(cache_dir: Path) -> Iterator[TestClient]:
 
 
 def speak(client: TestClient, text: str, **extra: object) -> np.ndarray:
-    body = {"model": "kokoro", "input": text, "voice": "jf_alpha", "response_format": "pcm", **extra}
+    body = {"model": "kokoro", "input": text, "voice": "af_heart", "response_format": "pcm", **extra}
     response = client.post("/v1/audio/speech", json=body)
     assert response.status_code == 200, response.text
     return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32767
 
 
 def test_audio_is_24khz_finite_and_not_silent(client: TestClient) -> None:
-    response = client.post("/v1/audio/speech", json={"input": SHORT, "voice": "jf_alpha", "response_format": "wav"})
+    response = client.post("/v1/audio/speech", json={"input": SHORT, "voice": "af_heart", "response_format": "wav"})
     assert response.status_code == 200
     assert response.headers["content-type"] == "audio/wav"
     import soundfile as sf
@@ -96,7 +96,7 @@ def test_speed_shortens_audio(client: TestClient) -> None:
 
 
 def test_blended_voice_speaks(client: TestClient) -> None:
-    blend = speak(client, SHORT, voice="jf_alpha(2)+jm_kumo(1)")
+    blend = speak(client, SHORT, voice="af_heart(2)+am_michael(1)")
     assert not np.array_equal(blend, speak(client, SHORT))
     assert np.sqrt(np.mean(blend**2)) > 0.01
 
@@ -130,7 +130,7 @@ def test_every_format_opens_in_libsndfile_and_ffmpeg_with_its_length(client: Tes
     from tests.app.test_audio import EXACT, decode_with_ffmpeg, decode_with_soundfile
 
     exact = two_chunk_samples
-    response = client.post("/v1/audio/speech", json={"input": TWO_CHUNKS, "voice": "jf_alpha", "response_format": fmt,
+    response = client.post("/v1/audio/speech", json={"input": TWO_CHUNKS, "voice": "af_heart", "response_format": fmt,
                                                      "stream": stream})
     assert response.status_code == 200
     assert response.headers["content-type"].startswith(("audio/", "application/"))

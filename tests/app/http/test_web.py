@@ -40,7 +40,9 @@ def test_the_page_is_served_from_the_package_and_fetches_nothing_elsewhere(clien
 
 def test_the_voice_list_carries_the_aliases_the_page_offers(client: TestClient) -> None:
     found = client.get("/v1/audio/voices").json()
-    assert "jf_alpha" in found["voices"] and found["aliases"]["alloy"] == "jf_alpha"
+    assert {"id": "af_heart", "name": "af_heart", "language": "American English", "lang_code": "a",
+            "gender": "female"} in found["voices"]
+    assert found["default"] == "af_heart" and found["aliases"]["alloy"] == "af_alloy"
 
 
 def test_the_page_can_be_switched_off(tmp_path: Path) -> None:
@@ -72,12 +74,12 @@ def chromium() -> Iterator[Any]:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install -y chromium)")
-@pytest.mark.parametrize("fmt, voice, mode", [("mp3", "jf_alpha", "media source"),
+@pytest.mark.parametrize("fmt, voice, mode", [("mp3", "af_heart", "media source"),
                                               ("aac", "onyx", "media source"),
-                                              ("pcm", "jf_alpha(2)+jm_kumo(1)", "web audio"),
-                                              ("wav", "jf_nezumi-jm_kumo(0.3)", "web audio"),
+                                              ("pcm", "af_heart(2)+am_michael(1)", "web audio"),
+                                              ("wav", "af_bella-am_michael(0.3)", "web audio"),
                                               ("opus", "nova", "whole file"),
-                                              ("flac", "jm_kumo", "whole file")])
+                                              ("flac", "am_michael", "whole file")])
 def test_chromium_speaks_and_plays_the_stream(chromium: Any, server: LiveServer, fmt: str, voice: str,
                                               mode: str) -> None:
     page = chromium.new_page()
@@ -87,7 +89,7 @@ def test_chromium_speaks_and_plays_the_stream(chromium: Any, server: LiveServer,
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(f"{server.url}/web")
-        wait_until(page, "document.querySelector('#voice option[value=jf_alpha]') !== null", 10)
+        wait_until(page, "document.querySelector('#voice option[value=af_heart]') !== null", 10)
         page.fill("#text", "Hello from the browser. The second sentence streams after the first.")
         if "+" in voice or "-" in voice:
             page.fill("#blend", voice)

@@ -24,7 +24,7 @@ def speak(backend: OnnxRuntimeBackend) -> np.ndarray:
     vocab = Vocab.embedded()
     ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
     tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-    style = VoiceBank.load(None).resolve("jf_alpha").style_for(len(ids))
+    style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
     return backend.infer(0, tokens, style, 1.0)
 
 

@@ -155,7 +155,7 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
                                 optimized_dir=tmp_path / "onnxruntime")
     reference.load()
     served.load()
-    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("jf_alpha")
+    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
     expected, got = {}, {}
     for text in ("hˈɛlO.", "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ."):
         ids = vocab.ids(text)
@@ -215,7 +215,7 @@ def test_a_server_whose_tuning_run_found_the_form_faster_on_all_threads_bridges_
     tuning.write(baked, tuning.Manifest(key=here, choice=ort_2x1, why="ort 2 x 1", table=table))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                              json={"input": "The bridge runs the faster form.", "voice": "jf_alpha",
+                              json={"input": "The bridge runs the faster form.", "voice": "af_heart",
                                     "response_format": "pcm"})
         info = httpx.get(f"{server.url}/v1/info").json()
         log = server.log()

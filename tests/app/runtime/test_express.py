@@ -23,7 +23,7 @@ def model(cache_dir: Path) -> Path:
 
 def _inputs(text: str) -> tuple[np.ndarray, np.ndarray]:
     ids = Vocab.embedded().ids(text)
-    return np.array([[0, *ids, 0]], dtype=np.int64), VoiceBank.load(None).resolve("jf_alpha").style_for(len(ids))
+    return np.array([[0, *ids, 0]], dtype=np.int64), VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
 
 
 def test_an_express_slot_runs_beside_its_sessions_own_call_with_the_same_audio(model: Path) -> None:

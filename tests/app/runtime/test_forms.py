@@ -87,8 +87,8 @@ def test_the_shipped_form_is_the_model_and_unknown_forms_are_refused(tmp_path: P
 def _inputs() -> list[tuple[np.ndarray, np.ndarray]]:
     vocab, voices = Vocab.embedded(), VoiceBank.load(None)
     found = []
-    texts = (("jf_alpha", "həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst."),
-             ("jm_kumo", "ðə stˈeɪʃən ɪz ˈɑn ðə lˈɛft, pˈæst ðə sˈɛkənd lˈaɪt."))
+    texts = (("af_heart", "həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst."),
+             ("am_michael", "ðə stˈeɪʃən ɪz ˈɑn ðə lˈɛft, pˈæst ðə sˈɛkənd lˈaɪt."))
     for voice, phonemes in texts:
         ids = vocab.ids(phonemes)
         found.append((np.array([[0, *ids, 0]], dtype=np.int64), voices.resolve(voice).style_for(len(ids))))
@@ -130,7 +130,7 @@ def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_
         assert fast.load().precision == "bf16"
         ids = Vocab.embedded().ids(LONG)
         tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-        style = VoiceBank.load(None).resolve("jf_alpha").style_for(len(ids))
+        style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
         expected_long = reference.infer(0, tokens, style, 1.0)
         check = outputcheck.check_chunk("long", expected_long, fast.infer(0, tokens, style, 1.0))
         assert check.passed, check

@@ -60,8 +60,8 @@ def test_official_file_names_load_in_place_of_the_embedded_ones(tmp_path: Path, 
     model = tmp_path / "kokoro-v1.0.onnx"
     shutil.copyfile(modelfile.resolve(None, [cache_dir / "models"]), model)
     installed = VoiceBank.load(None)
-    english = {"af_heart": installed.resolve("jf_alpha").style_for(510).repeat(510, axis=0)[:, None, :],
-               "bf_emma": np.stack([installed.resolve("jm_kumo").style_for(n) for n in range(1, 511)])}
+    english = {"af_heart": installed.resolve("af_heart").style_for(510).repeat(510, axis=0)[:, None, :],
+               "bf_emma": np.stack([installed.resolve("am_michael").style_for(n) for n in range(1, 511)])}
     voices = tmp_path / "voices-v1.0.bin"
     with open(voices, "wb") as handle:
         np.savez(handle, **english)
@@ -73,4 +73,4 @@ def test_official_file_names_load_in_place_of_the_embedded_ones(tmp_path: Path, 
             response = client.post("/v1/audio/speech", json={"input": "Hello.", "voice": voice,
                                                              "response_format": "pcm"})
             assert response.status_code == 200 and len(response.content) > 24000
-        assert client.post("/v1/audio/speech", json={"input": "Hello.", "voice": "jf_alpha"}).status_code == 400
+        assert client.post("/v1/audio/speech", json={"input": "Hello.", "voice": "af_heart"}).status_code == 400

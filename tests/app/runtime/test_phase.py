@@ -28,7 +28,7 @@ def test_the_rewritten_phase_speaks_the_same(cache_dir: Path, tmp_path: Path) ->
 
     ids = Vocab.embedded().ids("ðə stˈeɪʃən ɪz ˈɑn ðə lˈɛft, pˈæst ðə sˈɛkənd lˈaɪt.")
     feed = {"tokens": np.array([[0, *ids, 0]], dtype=np.int64),
-            "style": VoiceBank.load(None).resolve("jm_kumo").style_for(len(ids)), "speed": np.ones(1, np.float32)}
+            "style": VoiceBank.load(None).resolve("am_michael").style_for(len(ids)), "speed": np.ones(1, np.float32)}
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     audio = [np.asarray(ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

@@ -34,7 +34,7 @@ def test_the_timed_copy_speaks_bit_identically_and_its_durations_cover_the_audio
     assert copy.read_bytes()[:model.stat().st_size] == model.read_bytes()  # the original bytes, then the output
     plain, with_durations = session(model), session(copy)
     assert [o.name for o in with_durations.get_outputs()] == ["audio", timed.DURATION_TENSORS[0]]  # type: ignore[attr-defined]
-    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("jf_alpha")
+    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
     for phrase in PHRASES:
         for speed in (1.0, 1.5):
             ids = vocab.ids(phrase)
@@ -91,7 +91,7 @@ def test_openvino_speaks_the_timed_copy_bit_identically(model: Path, tmp_path: P
     with_durations = OpenVinoBackend(copy, shape, runtime_defaults=False, precision="f32", cache_dir=cache)
     plain.load()
     with_durations.load()
-    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("jf_alpha")
+    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
     for phrase in PHRASES[1:]:  # the longer phrase only: the two compiles are most of this test's time
         tokens = vocab.tokens(phrase)
         style = voice.style_for(tokens.shape[1] - 2)

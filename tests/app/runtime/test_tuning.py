@@ -226,8 +226,8 @@ def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: 
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Real trials (each in its own process) on a short corpus; one candidate is made into a deliberately
     broken form that reports a huge efficiency but says something else: the check rules it out."""
-    monkeypatch.setattr(tuner, "TUNING_TEXTS", (("jf_alpha", "Thanks for calling."),
-                                                ("jm_kumo", "Please hold the line for a moment.")))
+    monkeypatch.setattr(tuner, "TUNING_TEXTS", (("af_heart", "Thanks for calling."),
+                                                ("am_michael", "Please hold the line for a moment.")))
     broken = ORT_1X2
 
     def trial(candidate: Candidate, job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]:
@@ -257,7 +257,7 @@ def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: 
 
 def speak(url: str) -> bytes:
     response = httpx.post(f"{url}/v1/audio/speech", timeout=120,
-                          json={"input": "The tuned form speaks.", "voice": "jf_alpha", "response_format": "pcm"})
+                          json={"input": "The tuned form speaks.", "voice": "af_heart", "response_format": "pcm"})
     assert response.status_code == 200, response.text
     return response.content
 
