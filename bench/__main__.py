@@ -7,6 +7,8 @@
 - ``overload``: a server held at 4 × its capacity (bench/overload.py).
 - ``latency``: first audio and stalls of server variants side by side, interleaved (bench/latency.py).
 - ``coldstart``: process start and release to first audio against a plain kokoro-onnx script (bench/coldstart.py).
+- ``quality``: word error rate and inserted pauses, served and plain kokoro-onnx, by an offline recogniser
+  (bench/quality.py; needs the ``quality`` extra).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import audit, coldstart, configs, latency, overload, report, runner, soak
+from bench import audit, coldstart, configs, latency, overload, quality, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -92,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
                    add_help=False)
     sub.add_parser("coldstart", help="start and restore against a plain script (python -m bench coldstart --help)",
                    add_help=False)
+    sub.add_parser("quality", help="word error rate and inserted pauses (python -m bench quality --help)",
+                   add_help=False)
     return parser
 
 
@@ -125,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "coldstart":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return coldstart.main(argv[1:])
+    if argv and argv[0] == "quality":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return quality.main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

