@@ -224,6 +224,9 @@ def run(options: Options) -> dict[str, Any]:
                                                   "items": [u.id for u in corpus.utterances]},
         "voices": {t.voice: {"lang_code": t.lang_code, "lang": t.lang} for t in options.targets},
     }
+    # The server sizes its chunks from how fast its pool runs, so what it serves can change with the machine's
+    # load (other processes included): the load average is recorded beside the figures.
+    results["run"]["loadavg"] = {"start": os.getloadavg()[0]}
     audio: dict[tuple[str, str, str], npt.NDArray[np.float32]] = {}
     with serving(options, model, work) as (url, info):
         results["server"] = {k: info.get(k) for k in ("backend", "engine", "pool", "version") if k in info}
@@ -231,6 +234,8 @@ def run(options: Options) -> dict[str, Any]:
             progress(f"served: {target.voice}, {len(corpus.utterances)} utterances")
             for utterance in corpus.utterances:
                 audio["served", target.voice, utterance.id] = speak(url, utterance.text, target)
+        results["server"]["pool_after"] = httpx.get(url + "/v1/info", timeout=10.0).json().get("pool")
+        results["run"]["loadavg"]["served"] = os.getloadavg()[0]
     if options.inprocess:
         from kokoro_onnx import Kokoro
 
@@ -241,6 +246,7 @@ def run(options: Options) -> dict[str, Any]:
                 samples, rate = kokoro.create(utterance.text, voice=target.voice, speed=1.0, lang=target.lang)
                 assert rate == RATE, rate
                 audio["inprocess", target.voice, utterance.id] = np.asarray(samples, dtype=np.float32)
+    results["run"]["loadavg"]["synthesised"] = os.getloadavg()[0]
     progress(f"transcribing {len(audio)} takes")
     recogniser = Recogniser(os.cpu_count() or 1)
     results["run"]["recogniser_weights"] = recogniser.weights
@@ -277,7 +283,8 @@ def render(results: dict[str, Any]) -> str:
         f"commit {run_info['commit']}. Corpus "
         f"{results['corpus']['name']} ({len(results['corpus']['items'])} utterances: "
         f"{', '.join(results['corpus']['items'])}). Served: {served_by}, backend {server.get('backend', '?')}; "
-        f"voices: {run_info['voices_file']}. In process: kokoro-onnx `Kokoro.create` on the same model file and "
+        f"voices: {run_info['voices_file']}. {_load(run_info.get('loadavg', {}))}"
+        "In process: kokoro-onnx `Kokoro.create` on the same model file and "
         f"voice styles. Recogniser: {run_info['recogniser']} ({run_info.get('recogniser_weights', '?')}).", "",
         "Word error rate over all the corpus's words (normalised: lowercase, numbers as words, no punctuation). "
         f"A pause is at least {run_info['min_pause_s']:g} s below {run_info['threshold_dbfs']:g} dBFS inside an "
@@ -312,6 +319,13 @@ def render(results: dict[str, Any]) -> str:
     if lines[-1] == "":
         lines.append("None.")
     return "\n".join(lines) + "\n"
+
+
+def _load(loadavg: dict[str, float]) -> str:
+    if not loadavg:
+        return ""
+    return ("One-minute load average at the start, after serving and after synthesis: "
+            f"{', '.join(f'{v:.1f}' for v in loadavg.values())}. ")
 
 
 def _pct(summary: dict[str, Any]) -> str:
@@ -374,8 +388,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
     args = parser.parse_args(argv)
     # kokoro-onnx's phonemizer warns "words count mismatch" on nearly every text: its own check of how it split
-    # words, which changes nothing it returns.
-    logging.getLogger("phonemizer").setLevel(logging.ERROR)
+    # words, which changes nothing it returns. A filter, because phonemizer resets its logger's level per call.
+    logging.getLogger("phonemizer").addFilter(lambda record: "count mismatch" not in record.getMessage())
     try:
         targets = _targets(args.voices, args.lang_code)
     except argparse.ArgumentTypeError as exc:

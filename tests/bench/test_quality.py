@@ -162,7 +162,8 @@ def test_the_readme_lists_the_table_and_every_inserted_pause() -> None:
     results = {
         "run": {"id": "quality-x", "command": "python -m bench quality", "started": "2026-12-05T00:00:00+00:00",
                 "commit": "abc1234", "url": None, "voices_file": "v.npz", "recogniser": quality.RECOGNISER,
-                "recogniser_weights": "tiny.en", "min_pause_s": 0.25, "threshold_dbfs": -40.0},
+                "recogniser_weights": "tiny.en", "min_pause_s": 0.25, "threshold_dbfs": -40.0,
+                "loadavg": {"start": 0.5, "served": 2.25, "synthesised": 1.0}},
         "machine": {"cpu_model": "Some CPU", "logical_cpus": 2}, "corpus": {"name": "c", "items": ["s1"]},
         "server": {"backend": "openvino"},
         "voices": {"af_heart": {"lang": "en-us", "served": {"utterances": {"s1": take},
@@ -173,6 +174,7 @@ def test_the_readme_lists_the_table_and_every_inserted_pause() -> None:
     assert '- af_heart served s1: 0.30 s at 1.00 s, between "hurry" and "you"' in text
     assert "- af_heart served s1: to→tow" in text
     assert "Some CPU" in text and "abc1234" in text
+    assert "after serving and after synthesis: 0.5, 2.2, 1.0." in text
 
 
 def test_a_real_sentence_is_heard_back_without_errors_or_inserted_pauses(tmp_path: Path) -> None:
