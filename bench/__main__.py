@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--release-cycles", type=int, help=f"default {defaults.release_cycles}")
     run.add_argument("--growth-cycles", type=int, help=f"default {defaults.growth_cycles}")
     run.add_argument("--cold-starts", type=int, help=f"each with and without cache (default {defaults.cold_starts})")
-    run.add_argument("--corpus", type=Path, help="corpus JSON (default bench/corpus/study16-v1.json)")
+    run.add_argument("--corpus", type=Path, help="corpus JSON (default bench/corpus/study16-v2.json)")
     run.add_argument("--items", type=_names, help="utterance ids to use (default: all)")
     run.add_argument("--out", type=Path, help="run folder (default bench/results/<timestamp>)")
     run.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE,

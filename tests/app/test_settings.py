@@ -9,7 +9,7 @@ import pytest
 from app.__main__ import parse_args
 from app.settings import Settings, SettingsError, documented, table, with_table
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_defaults() -> None:
@@ -58,7 +58,7 @@ def test_every_setting_has_a_description() -> None:
 
 
 def test_the_readme_settings_table_is_current() -> None:
-    """The table is generated (``python -m app.settings --readme README.md``): a setting added, a default
+    """The table is generated (``python -m app.settings --readme docs/configuration.md``): a setting added, a default
     changed or a description edited in `Settings` without regenerating it fails here."""
     assert with_table(README.read_text()) == README.read_text()
 
