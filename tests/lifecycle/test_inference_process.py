@@ -27,7 +27,9 @@ def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 def children(server: LiveServer) -> list[psutil.Process]:
-    return psutil.Process(server.process.pid).children(recursive=True)
+    """The server's own children: its inference processes (not theirs: a runtime or ``ctypes.util.find_library``
+    may run a short-lived command of its own)."""
+    return psutil.Process(server.process.pid).children()
 
 
 def live_children(server: LiveServer, settle_s: float = 5.0) -> list[psutil.Process]:
