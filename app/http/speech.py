@@ -176,8 +176,7 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
                            "server runs (TTS_MODEL_PATH) has no duration tensor this server knows, so it can speak "
                            "(POST /v1/audio/speech) but not time its words")
     def plan() -> Plan:
-        return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes,
-                               need_words=captioned or speech.stream_format == "sse")
+        return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes)
 
     stack = AsyncExitStack()
     try:

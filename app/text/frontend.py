@@ -95,36 +95,9 @@ def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | Non
     return _OfflineG2P()
 
 
-QUICK_UNSAFE = "](/"
-"""misaki's inline phoneme markup, which espeak-ng would read aloud: such text waits for misaki."""
-
-
-class _Text:
-    """What misaki's espeak fallback reads from a token: its text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-class _Locked:
-    """misaki's espeak fallback, called under the lock the quick path shares."""
-
-    def __init__(self, fallback: Any, lock: threading.Lock) -> None:
-        self._fallback, self._lock = fallback, lock
-
-    def __call__(self, token: Any) -> Any:
-        with self._lock:
-            return self._fallback(token)
-
-
 class Frontend:
-    """Loads lazily, phonemizes under a lock, and can be dropped to free its memory.
-
-    `unload` frees the spaCy pipeline (46 MB) and misaki's lexicons (57 MB as dicts, 2.6 MB of
-    mapped file as tries) but keeps the espeak-ng fallback (6 MB): phonemizer loads a fresh copy of
-    the espeak library for every backend it creates and never unloads it, so recreating it leaked
-    5.5 MB per release.
-    """
+    """Loads once, then phonemizes under a lock; a release of the model keeps it loaded (about 25 MB of released
+    memory: its lexicon is a memory-mapped trie), so a restore never waits for it."""
 
     def __init__(self, lexicon_dir: Path | None = None, baked_lexicon_dir: Path | None = None) -> None:
         """``lexicon_dir``: where misaki's lexicon is kept as memory-mapped tries (`app.text.lexicon`);
@@ -136,8 +109,7 @@ class Frontend:
         self._nlp: Any = None
         self._g2p: dict[str, Any] = {}
         self._fallbacks: dict[str, Any] = {}
-        self._espeak_lock = threading.Lock()
-        """espeak-ng's wrapper is not safe for concurrent calls: the quick path and misaki's fallback share it."""
+        """misaki's espeak-ng fallback (for words it does not know), per accent."""
 
     @property
     def loaded(self) -> bool:
@@ -145,17 +117,8 @@ class Frontend:
 
     @property
     def serving(self) -> str:
-        """What phonemizes a request now: ``misaki``, ``espeak`` (the quick front end, misaki loading) or ``none``."""
-        return "misaki" if self._g2p else "espeak" if self._fallbacks else "none"
-
-    def load_quick(self, lang: str) -> float:
-        """Load espeak-ng alone for ``lang`` (about 0.15-0.25 s here, against about 1 s for misaki with spaCy), so
-        requests can be phonemized while `load` runs (`phonemize_words` with ``quick``); `load` reuses it as misaki's
-        fallback. Returns the seconds it took."""
-        start = time.perf_counter()
-        with self._espeak_lock:
-            self._fallback(lang)
-        return time.perf_counter() - start
+        """What phonemizes a request now: ``misaki``, or ``none`` before it is loaded."""
+        return "misaki" if self._g2p else "none"
 
     def _fallback(self, lang: str) -> Any:
         fallback = self._fallbacks.get(lang)
@@ -172,11 +135,6 @@ class Frontend:
             for lang in langs:
                 self._ensure(lang)
         return time.perf_counter() - start
-
-    def unload(self) -> None:
-        with self._lock:
-            self._g2p.clear()
-            self._nlp = None
 
     def files(self) -> list[Path]:
         """Data files read to load the front end (spaCy pipeline, misaki lexicons)."""
@@ -198,15 +156,9 @@ class Frontend:
         taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
         return self.phonemize_words(text, lang)[0]
 
-    def phonemize_words(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
-        """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`).
-
-        ``quick``: while misaki is not loaded for ``lang`` but espeak-ng is (`load_quick`), phonemize with espeak-ng
-        alone, as kokoro-onnx does, with no words (so no word timings) instead of waiting for misaki. Text with
-        misaki's inline phonemes (``[word](/phonemes/)``) always waits for misaki."""
+    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+        """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`)."""
         pieces = textclean.pieces(textclean.clean(text))
-        if quick and lang not in self._g2p and lang in self._fallbacks and QUICK_UNSAFE not in text:
-            return self._espeak(pieces, lang), []
         out: list[str] = []
         found: list[words.Word] = []
         length = 0
@@ -230,25 +182,14 @@ class Frontend:
             length = offset + len(stripped)
         return " ".join(out), found
 
-    def _espeak(self, pieces: list[str], lang: str) -> str:
-        fallback = self._fallbacks[lang]
-        out: list[str] = []
-        for piece in pieces:
-            with self._espeak_lock:
-                phonemes, _ = fallback(_Text(piece))
-            if phonemes and phonemes.strip():
-                out.append(phonemes.strip())
-        return " ".join(out)
-
     def _ensure(self, lang: str) -> Any:
         g2p = self._g2p.get(lang)
         if g2p is None:
             if self._nlp is None:
                 spacy = _import_spacy()
                 self._nlp = spacy.load(SPACY_PIPELINE, enable=SPACY_ENABLED, exclude=SPACY_EXCLUDED)
-            with self._espeak_lock:
-                fallback = _Locked(self._fallback(lang), self._espeak_lock)
-            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp, fallback, self._lexicon_dir,
-                                                     self._baked_lexicon_dir)
+            # Called under `_lock` only, as misaki itself is: espeak-ng's wrapper is not safe for concurrent calls.
+            g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp, self._fallback(lang), self._lexicon_dir,
+                                                 self._baked_lexicon_dir)
             log.info("text front end loaded for %s", lang)
         return g2p
