@@ -216,7 +216,9 @@ def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tupl
                                 streams=settings.streams or choice.streams,
                                 threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
     log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
-    bridge_form, bridge = bridge_choice(choice, found.manifest.table, tuned.streams * tuned.threads_per_stream)
+    # Only an OpenVINO primary has a bridge (`app.runtime.spec.Spec.has_bridge`).
+    bridge_form, bridge = (bridge_choice(choice, found.manifest.table, tuned.streams * tuned.threads_per_stream)
+                           if choice.backend == "openvino" else ("", ""))
     if bridge:
         log.info("engine: the bridge runs the %s form: %s", bridge_form, bridge)
     return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,

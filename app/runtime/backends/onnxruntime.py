@@ -242,9 +242,7 @@ class OnnxRuntimeBackend:
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
         feed = {"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)}
-        # A slot beyond the sessions (the pool's express lane) runs on one of them, concurrently with its own slot's
-        # call: a session's ``run`` is thread-safe, and a one-thread session runs each call on its caller's thread.
-        found = self._sessions[slot % len(self._sessions)].run(self._outputs, feed, self._run_options)
+        found = self._sessions[slot].run(self._outputs, feed, self._run_options)
         durations = np.asarray(found[1], dtype=np.int64).reshape(-1) if len(found) > 1 else None
         return Inference(np.asarray(found[0], dtype=np.float32).reshape(-1), durations)
 
