@@ -8,10 +8,15 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.runtime import early
 from app.settings import Settings, SettingsError, documented
+
+if TYPE_CHECKING:  # not imported at start: the inference process starts first (`app.runtime.early`)
+    import uvicorn
+
+    from app.runtime.spec import Options
 
 log = logging.getLogger("app")
 
@@ -29,7 +34,9 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
     return {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, options: Options | None = None) -> int:
+    """``python -m app``; ``options``: where the benchmark runs the model otherwise than the server does
+    (`app.runtime.spec.Options`; `bench.baseline`), never from the environment."""
     # No telemetry leaves the process: ONNX Runtime reports usage on Linux unless told not to.
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     argv = sys.argv[1:] if argv is None else argv
@@ -45,21 +52,34 @@ def main(argv: list[str] | None = None) -> int:
         log.error("invalid setting: %s", exc)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if settings.inference_process:
+    if options is None or not options.in_process:
         # Before the server's own imports (about half a second): the two processes import side by side.
         proxy = sys.modules.get("app.runtime.proxy")  # a test harness may run another child module
-        # The bridge (on by default) and an ONNX Runtime primary import ONNX Runtime first thing.
-        onnxruntime = settings.restore_bridge or settings.backend == "onnxruntime"
+        # Both an OpenVINO primary's bridge and an ONNX Runtime primary import ONNX Runtime first thing.
         early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE,
-                    ("onnxruntime",) if onnxruntime else ())
-        early.prepare(settings)  # what it loads first, sent now: it opens the bridge while the server imports
-    return _serve(settings)
+                    ("onnxruntime",))
+        early.prepare(settings, options)  # what it loads first, sent now: it opens the bridge while the server imports
+    return _serve(settings, options)
 
 
-def _serve(settings: Settings) -> int:
+def server_config(settings: Settings, app: Any) -> uvicorn.Config:
+    """uvicorn's configuration of the server. The grace period goes to uvicorn as it is: uvicorn waits for the
+    in-flight requests under ``asyncio.timeout(grace)``, so 0 cuts them at once and a fraction of a second is
+    a fraction of a second (``None`` would wait for ever, which no setting means)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, workers=1, log_level=settings.log_level,
+                            lifespan="on", log_config=None)
+    # uvicorn annotates it as an int, and uses it as asyncio.timeout's delay, which takes any float.
+    config.timeout_graceful_shutdown = settings.shutdown_grace_s  # type: ignore[assignment]
+    return config
+
+
+def _serve(settings: Settings, options: Options | None) -> int:
     import uvicorn
 
     from app.http.server import create_app
+    from app.runtime.spec import SERVER
     from lifecycle.trim import configure_malloc
 
     class _DrainingServer(uvicorn.Server):
@@ -74,16 +94,13 @@ def _serve(settings: Settings) -> int:
             services = getattr(self._app.state, "services", None)
             if services is not None:
                 services.draining = True
-            log.info("signal %d: draining in-flight requests (grace %.0f s)", sig,
+            log.info("signal %d: draining in-flight requests (grace %g s)", sig,
                      self.config.timeout_graceful_shutdown)
             super().handle_exit(sig, frame)
 
-    configure_malloc(settings.malloc_arenas, settings.malloc_mmap_threshold_kb)
-    app = create_app(settings)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, workers=1, log_level=settings.log_level,
-                            timeout_graceful_shutdown=int(settings.shutdown_grace_s) or None, lifespan="on",
-                            log_config=None)
-    server = _DrainingServer(config, app)
+    configure_malloc()
+    app = create_app(settings, options=options or SERVER)
+    server = _DrainingServer(server_config(settings, app), app)
     # uvicorn re-raises the captured signal after its graceful shutdown, to the handler that was
     # installed before it ran; a no-op there makes a drained SIGTERM end in exit status 0.
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -9,6 +9,7 @@ imports. Both resolve the same thing from the same settings, and the engine adop
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 
 from app.runtime import cachedir, forms, modelfile, timed, tuning
 from app.runtime.local import WarmUp
-from app.runtime.spec import Spec
+from app.runtime.spec import SERVER, Options, Spec
 from app.settings import Settings, SettingsError
 from app.sizing import CpuBudget, shape_for
 from app.text.vocab import Vocab
@@ -38,9 +39,9 @@ class Served:
     """The served model outputs per-token durations (word timestamps)."""
 
 
-def resolve(settings: Settings, budget: CpuBudget) -> Served:
+def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) -> Served:
     """Resolve the model, its tuned form and the voices (blocking I/O; loads no runtime). Raises `SettingsError`
-    for settings that name what is not there."""
+    for settings that name what is not there. ``options``: where a test or the benchmark runs the model otherwise."""
     writable = cachedir.writable(settings.cache_dir)
     model_path, digest = served_model(settings, writable)
     timestamps = timed.digest(model_path) is not None
@@ -56,9 +57,12 @@ def resolve(settings: Settings, budget: CpuBudget) -> Served:
     except ValueError as exc:  # an alias naming a voice the file lacks: fail at start, naming the setting
         raise SettingsError(f"TTS_VOICE_ALIASES / TTS_VOICES_PATH: {exc}") from None
     vocab = Vocab.embedded()
-    warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if settings.warm_up else None
+    warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if options.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
-                bridge_path=_bridge_path(settings, choice, model_path, source_path, writable, digest))
+                options=options)
+    if spec.has_bridge:
+        spec = dataclasses.replace(spec, bridge_path=_bridge_path(settings, choice, model_path, source_path, writable,
+                                                                  digest))
     return Served(settings, choice, spec, voices, vocab, timestamps)
 
 

@@ -3,7 +3,7 @@
 - ``run``: measure every configuration and write results.json, figures.json, report.md and plots.
 - ``report RUN``: rebuild figures, plots and report.md from RUN/results.json without measuring.
 - ``cost`` / ``autoscale``: the cost and autoscaling audit (bench/audit.py; ``cost --run RUN`` prices a run).
-- ``soak``: memory under shape churn, per ``TTS_SHAPE_CACHE`` value (bench/soak.py).
+- ``soak``: memory under shape churn, per OpenVINO shape cache size (bench/soak.py).
 - ``overload``: a server held at 4 × its capacity (bench/overload.py).
 - ``latency``: first audio and stalls of server variants side by side, interleaved (bench/latency.py).
 - ``coldstart``: process start and release to first audio against a plain kokoro-onnx script (bench/coldstart.py).

@@ -10,7 +10,7 @@ round), so drift of this shared machine falls on all alike:
 - **released → first audio**: the admin release endpoint, then the same request, timed from sending it
   (``--release-cycles`` per server run, each once the primary form serves again); ``--released-wait-s`` waits that
   long after the release's answer before sending it (0: at once), as a released instance's next request comes
-  later than that: a standby (``TTS_RELEASED_BRIDGE``) is still opening its bridge when the release answers.
+  later than that: the next inference process is still starting when the release answers.
 
 ``--container NAME=IMAGE`` adds a server variant that runs the image with podman (``podman run --init --cpus
 CPUS --memory 4g``, the port from ``PORT`` as Cloud Run sets it), timed from spawning ``podman run``: what a

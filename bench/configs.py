@@ -1,7 +1,7 @@
 """The server configurations the harness compares, all served by the same `app` code and front end.
 
-- ``ort-defaults`` / ``ov-defaults``: the runtime's own thread and stream defaults (``TTS_RUNTIME_DEFAULTS=1``)
-  and OpenVINO's own per-shape kernel cache size (``TTS_SHAPE_CACHE=-1``),
+- ``ort-defaults`` / ``ov-defaults``: the runtime's own thread and stream defaults (`Options.runtime_defaults`)
+  and OpenVINO's own per-shape kernel cache size (`Options.shape_cache` -1, served by `bench.variant`),
   as a server that never sized its runtime would run. Four requests may infer at once, as in the most used peer
   server (Kokoro-FastAPI's semaphore of four).
 - ``ort-sized``: ONNX Runtime with one session per stream, sized from the CPUs (the server's rule).
@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from app.runtime.spec import Options
 from app.sizing import CpuBudget, PoolShape, shape_for
+from bench import variant
 
 Kind = Literal["defaults", "sized", "complete"]
 DEFAULTS_SLOTS = 4
@@ -60,22 +62,23 @@ class ServerConfig:
     def shape(self) -> str:
         return "runtime defaults" if self.runtime_defaults else f"{self.streams}x{self.threads_per_stream}"
 
+    def options(self) -> Options:
+        """How the server runs its model here where that is not the server's way (`bench.variant`)."""
+        # The defaults baseline keeps OpenVINO's own per-shape kernel cache as well.
+        return Options(runtime_defaults=self.runtime_defaults, shape_cache=-1 if self.runtime_defaults else 0,
+                       compile_cache=self.compile_cache)
+
     def env(self, *, quiet_window_s: float, queue_size: int) -> dict[str, str]:
-        """The ``TTS_*`` settings that make the server run this configuration."""
+        """The ``TTS_*`` settings that make the server run this configuration, and its options (`bench.variant`)."""
         env = {
             "TTS_BACKEND": self.backend,
             "TTS_STREAMS": str(self.streams),
             "TTS_THREADS_PER_STREAM": str(self.threads_per_stream),
-            "TTS_RUNTIME_DEFAULTS": "1" if self.runtime_defaults else "0",
-            # The defaults baseline keeps OpenVINO's own per-shape kernel cache as well.
-            "TTS_SHAPE_CACHE": "-1" if self.runtime_defaults else "0",
-            "TTS_COMPILE_CACHE": "1" if self.compile_cache else "0",
             "TTS_QUIET_WINDOW_S": str(quiet_window_s) if self.lifecycle else "0",
             # Deep enough that closed-loop clients are never refused: refusals are not throughput.
             "TTS_QUEUE_SIZE": str(queue_size),
+            **variant.launch_env(self.options()),
         }
-        if self.kind != "complete":  # the baselines and the grid measure their form alone, not the wide session
-            env["TTS_WIDE_CHUNK_TOKENS"] = "0"
         if self.tuned_dir:
             env.update({"TTS_BACKEND": "auto", "TTS_BAKED_CACHE_DIR": self.tuned_dir, "TTS_STREAMS": "0",
                         "TTS_THREADS_PER_STREAM": "0"})

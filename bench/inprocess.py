@@ -40,6 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app import silence
+from app.runtime.spec import Options
 from app.services import build_engine
 from app.settings import Settings
 from app.sizing import read_budget
@@ -129,11 +130,11 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
                         baked_cache_dir=Path(job.tuned_dir) if job.tuned_dir else None,
                         streams=0 if job.tuned_dir else job.streams,
                         threads_per_stream=0 if job.tuned_dir else job.threads_per_stream,
-                        runtime_defaults=job.runtime_defaults, model_path=job.model_path,
-                        compile_cache=job.compile_cache, cache_dir=job.cache_dir,
-                        inference_process=False,  # CPU time is read from this process
-                        start_bridge=False, restore_bridge=False)  # the form measured, not the bridge
-    engine, _ = build_engine(settings, read_budget())
+                        model_path=job.model_path, cache_dir=job.cache_dir)
+    options = Options(runtime_defaults=job.runtime_defaults, compile_cache=job.compile_cache,
+                      in_process=True,  # CPU time is read from this process
+                      bridge=False)  # the form measured, not the bridge
+    engine, _ = build_engine(settings, read_budget(), options)
     parts = engine.restore()
     assert engine.resolved is not None
     corpus = corpus_mod.load(job.corpus)
@@ -142,10 +143,11 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     work: list[_Work] = []
     for utterance in corpus.utterances:
         plan = engine.plan(utterance.text, utterance.voice, 1.0)
-        last = len(plan.chunks) - 1
-        for k, phonemes in enumerate(plan.chunks):
+        spoken = [k for k, c in enumerate(plan.chunks) if engine.vocab.ids(c)]  # as the server skips the others
+        for k in spoken:
+            phonemes = plan.chunks[k]
             ids = engine.vocab.ids(phonemes)
-            pause_s = None if k == last else silence.PAUSE_S[silence.boundary(phonemes)]
+            pause_s = None if k == spoken[-1] else silence.PAUSE_S[silence.boundary(phonemes)]
             work.append(_Work(f"{utterance.id}/{k}", engine.vocab.tokens(phonemes), plan.voice.style_for(len(ids)),
                               pause_s))
     slots: queue.Queue[int] = queue.Queue()

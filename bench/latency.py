@@ -43,20 +43,17 @@ from lifecycle.pagecache import evict
 
 log = logging.getLogger(__name__)
 
-VARIANTS: dict[str, dict[str, str]] = {
-    "fifo": {"TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_SECOND_CHUNK_TOKENS": "0",
-             "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_LONE_FIRST_CHUNK_TOKENS": "0",
-             "TTS_MAX_CHUNK_TOKENS": "250", "TTS_SLACK_CHUNKS": "0",
-             "TTS_BUSY_MAX_CHUNK_TOKENS": "0", "TTS_EXPRESS_SLOTS": "0", "TTS_WARM_UP": "0",
-             "TTS_REALTIME_FACTOR": "0"},
-    "deadline": {},
-}
-"""Named variants: ``fifo`` is the server as it was before the deadline scheduler (first come, first served,
-chunks of at most 100, then 200, then 250 tokens whatever the load, no warm-up; until 2026-12-04 evening the variant
-left the later rules on, `TTS_SLACK_CHUNKS` and `TTS_BUSY_MAX_CHUNK_TOKENS`, so its later chunks were 60 tokens under
-load: bench/results/latency-20261204-xeon-busy45b and -busy45c; the express lane, which the fifo scheduler never
-offers, is off as well, and so are real-time admission and the lone first chunk, on by default since 2026-12-05);
-``deadline`` is the current defaults."""
+VARIANTS: dict[str, dict[str, str]] = {"deadline": {}}
+"""Named variants: ``deadline`` is the server's defaults."""
+
+OLD_POOL: dict[str, str] = {
+    "TTS_SCHEDULER": "fifo", "TTS_FIRST_CHUNK_TOKENS": "100", "TTS_SECOND_CHUNK_TOKENS": "0",
+    "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_LONE_FIRST_CHUNK_TOKENS": "0", "TTS_MAX_CHUNK_TOKENS": "250",
+    "TTS_SLACK_CHUNKS": "0", "TTS_BUSY_MAX_CHUNK_TOKENS": "0", "TTS_EXPRESS_SLOTS": "0", "TTS_WARM_UP": "0",
+    "TTS_REALTIME_FACTOR": "0"}
+"""``fifo@DIR``: the server as it was before the deadline scheduler (first come, first served, chunks of at most 100,
+then 200, then 250 tokens, no warm-up, no real-time admission), the reference of the latency targets. Those switches
+are settings no more (docs/experiments.md): DIR must be a checkout that still has them (before 2026-12-06)."""
 
 
 def _variant(text: str) -> tuple[str, dict[str, str]]:
@@ -68,9 +65,14 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
     if not all(key.startswith("TTS_") for key in settings):
         raise argparse.ArgumentTypeError(f"settings must be TTS_* variables: {rest!r}")
     name = with_checkout(head, settings)
-    if not colon:
+    if not colon and name == "fifo":
+        if CHECKOUT not in settings:
+            raise argparse.ArgumentTypeError("fifo needs @DIR: a checkout whose settings still have the old pool's "
+                                             "switches (`OLD_POOL`)")
+        settings.update(OLD_POOL)
+    elif not colon:
         if name not in VARIANTS and CHECKOUT not in settings:
-            raise argparse.ArgumentTypeError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+            raise argparse.ArgumentTypeError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}, fifo@DIR")
         settings.update(VARIANTS.get(name, {}))
     return name, settings
 
@@ -140,9 +142,6 @@ def server_env(config: ServerConfig, settings: dict[str, str], *, model: Path, c
     (``latency-20261204-*`` say so in their "served" column and their NOTE.md)."""
     env = config.env(quiet_window_s=0, queue_size=32)
     env.update({"TTS_BACKEND": "auto", "TTS_STREAMS": "0", "TTS_THREADS_PER_STREAM": "0"})
-    # The wide session too is the server's default unless the variant sets it (the sized configuration turns it
-    # off, so before 2026-12-02 no latency run had it unless a variant named TTS_WIDE_CHUNK_TOKENS).
-    env.pop("TTS_WIDE_CHUNK_TOKENS", None)
     env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(cache_dir), "TTS_LOG_LEVEL": "info", **settings})
     return env
 
@@ -286,9 +285,9 @@ def _f(value: Any) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench latency", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default="fifo,deadline",
-                        help="comma-separated; a name or name:TTS_X=v;... (settings separated by ';'), either with "
-                             "@DIR after the name to run the server from the checkout in DIR")
+    parser.add_argument("--variants", default="deadline",
+                        help="comma-separated; a name (deadline, fifo@DIR) or name:TTS_X=v;... (settings separated "
+                             "by ';'), either with @DIR after the name to run the server from the checkout in DIR")
     parser.add_argument("--clients", default="1,2,4",
                         help="client counts, in the order run (default 1,2,4); a count may repeat")
     parser.add_argument("--ramp-s", type=float, default=4.0)

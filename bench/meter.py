@@ -5,17 +5,16 @@ every process shares one cgroup, so the harness (running as root) makes a child 
 process, under its own cgroup so any limit above still applies, and the server joins it before it loads
 anything (`MemoryCgroup.wrap`). The server's own ``/v1/lifecycle`` meter then reads the same group.
 
-Page cache is charged to the cgroup that first reads a page: the runner evicts the model and compile-cache
-files before each server starts (`lifecycle.pagecache.evict`) so each server pays for its own reads, as a
-fresh container would.
-Shared libraries cannot be evicted while any other process maps them (the runner maps numpy; other servers
-and tools map the runtimes), so their pages stay charged elsewhere. In a fresh container they would be the
-server's, so the billable figure adds them back: the file pages the server has resident (``RssFile`` in
-``/proc/<pid>/status``) less the mapped file pages its own group was charged for (``mapped_file``). The raw
-cgroup usage is kept next to it (``cgroup``). The server's process tree counts (it runs the model in a child
-process): a library page mapped by both, or a file mapped twice by one (the compile-cache blob under
-``TTS_WIDE_FORM=primary``), is counted once (`lifecycle.proctree.resident_file_bytes`); before that correction
-the figure erred high, by 12-20 MB with the defaults and by 180-190 MB with the wide form (2026-12-03).
+Page cache is charged to the cgroup that first reads a page: the runner evicts the model and compile-cache files
+before each server starts (`lifecycle.pagecache.evict`) so each server pays for its own reads, as a fresh container
+would. Shared libraries cannot be evicted while any other process maps them (the runner maps numpy; other servers
+and tools map the runtimes), so their pages stay charged elsewhere. In a fresh container they would be the server's,
+so the billable figure adds them back: the file pages the server has resident (``RssFile`` in
+``/proc/<pid>/status``) less the mapped file pages its own group was charged for (``mapped_file``). The raw cgroup
+usage is kept next to it (``cgroup``). The server's process tree counts (it runs the model in a child process): a
+library page mapped by both, or a file mapped twice by one (the compile-cache blob under the wide session's primary
+form, removed since), is counted once (`lifecycle.proctree.resident_file_bytes`); before that correction the figure
+erred high, by 12-20 MB with the defaults and by 180-190 MB with the wide form (2026-12-03).
 
 Where no cgroup can be made (not root, read-only mount, cgroup v2 without the memory controller delegated),
 `RssMeter` reads the process's RSS instead and every figure says so: RSS leaves out page cache.

@@ -172,8 +172,8 @@ def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
         if record.get("inferences_by_backend"):
             parts += [f"Inferences by backend over the complete system's life (`/v1/info`): "
                       f"{json.dumps(record['inferences_by_backend'])}; serving with `{record.get('active_backend')}` "
-                      "after the last cycle. With the restore bridge on (`TTS_RESTORE_BRIDGE`, the default), the "
-                      "first requests after a release are served by ONNX Runtime while OpenVINO loads behind it.", ""]
+                      "after the last cycle. Under an OpenVINO primary the first requests after a release are served "
+                      "by the ONNX Runtime bridge while OpenVINO loads behind it.", ""]
         cycles = record["cycles"]
         shown = cycles if len(cycles) <= 12 else cycles[:10] + cycles[-2:]
         parts += [_table(["cycle", "billable after release, MiB", "of which cgroup", "of which shared libraries",
@@ -278,7 +278,7 @@ def _method(results: Mapping[str, Any]) -> str:
         f"memory, time the short request's first audio; {o['growth_cycles']} cycles, first audio over the first "
         f"{o['release_cycles']}. Quiet window {o['quiet_window_s']:g} s.",
         f"- **Cold starts**: {o['cold_starts']} process starts with the compile cache warm and "
-        f"{o['cold_starts']} with `TTS_COMPILE_CACHE=0`, both with the model assembled already "
+        f"{o['cold_starts']} without it (`bench.variant`), both with the model assembled already "
         "(`TTS_MODEL_PATH`), so only compilation differs.",
     ])
 
@@ -362,7 +362,8 @@ def _tuning(results: Mapping[str, Any]) -> str:
         f"{tuned['key']['isa']}): {tuned['why']}.", "",
         "Median over interleaved rounds on the tuning corpus (not the benchmark's), at full pool load, each "
         "candidate in a process of its own; the output check is the one below, against ONNX Runtime. The score "
-        "is the efficiency priced as an instance bills (`TTS_TUNE_MEMORY_PRICE`): the choice is the highest.", "",
+        "is the efficiency priced as an instance bills (`python -m app tune --memory-price`): the choice"
+        " is the highest.", "",
         _table(["candidate", "audio-s per CPU-s", "x realtime", "peak RSS MB", "score", "output check"], rows)])
 
 

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from app.runtime import modelfile, tuning
 from app.sizing import read_budget
-from bench import checks, client, figures, inprocess, load, machine, plots, report
+from bench import checks, client, figures, inprocess, load, machine, plots, report, variant
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, parse_pool, select
 from bench.meter import MB, Reading, Sampler, files_under
@@ -449,7 +449,8 @@ class Run:
         out: dict[str, Any] = {"request": self.short.id}
         kinds: list[tuple[str, dict[str, str]]] = [("with_cache", {})]
         if self.o.cold_without_cache:
-            kinds.append(("without_cache", {"TTS_COMPILE_CACHE": "0"}))
+            kinds.append(("without_cache", variant.launch_env(dataclasses.replace(config.options(),
+                                                                                   compile_cache=False))))
         for label, extra in kinds:
             samples: list[dict[str, Any]] = []
             for n in range(1, self.o.cold_starts + 1):

@@ -1,7 +1,8 @@
 """Start and stop one server process for one configuration, in a memory cgroup of its own.
 
 The server is started exactly as a user starts it (``python -m app``), configured only through ``TTS_*``
-variables; inherited ``TTS_*`` variables are dropped so the caller's shell cannot change a configuration.
+variables; inherited ``TTS_*`` variables are dropped so the caller's shell cannot change a configuration. A
+baseline that runs the model otherwise than the server does runs ``python -m bench.variant`` (`bench.variant`).
 Its log goes to a file in the run folder. `launch` and `wait_ready` are also how the tests start servers
 (tests/conftest.py).
 """
@@ -22,6 +23,7 @@ from types import TracebackType
 
 import httpx
 
+from bench import variant
 from bench.configs import ServerConfig
 from bench.meter import MemoryCgroup, Meter, RssMeter
 
@@ -40,8 +42,9 @@ def free_port() -> int:
 
 
 def environment(settings: Mapping[str, str], port: int) -> dict[str, str]:
-    """The caller's environment without its ``TTS_*`` variables, then ``settings``, then the address."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_")}
+    """The caller's environment without its ``TTS_*`` variables (nor `bench.variant`'s), then ``settings``, then the
+    address."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TTS_") and k != variant.OPTIONS}
     env.update(settings)
     env.update({"TTS_HOST": "127.0.0.1", "TTS_PORT": str(port)})
     return env
@@ -153,7 +156,7 @@ class Server:
             self.meter = self._cgroup
         self.spawned_at = time.perf_counter()
         self._process = launch({**self.settings, "TTS_SHUTDOWN_GRACE_S": "2"}, self.port, self.log_path,
-                               prefix=prefix, new_session=True, cwd=self.cwd)
+                               module=variant.module_for(self.settings), prefix=prefix, new_session=True, cwd=self.cwd)
         self.meter.pid = self._process.pid
 
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.02) -> float:

@@ -1,12 +1,12 @@
 """Shape-churn soak: many requests over hundreds of distinct input lengths, memory sampled as they go.
 
-OpenVINO keeps kernels per input shape, and every distinct length is a new shape (of the token input,
-and of the audio frames the durations make). The soak starts one server per ``TTS_SHAPE_CACHE`` value
-(in a memory cgroup of its own), warms it with the longest input, ``clients`` at once so that every
-stream's buffers already have their largest size, then sends ``requests`` requests whose phoneme inputs
-cycle through ``lengths`` distinct lengths in a shuffled order, ``clients`` at a time. Billable memory
-and RSS are read every ``sample_every`` requests. At the end it releases the state (the admin endpoint),
-reads the released figure, and speaks once more to prove the restore.
+OpenVINO keeps kernels per input shape, and every distinct length is a new shape (of the token input, and of the
+audio frames the durations make). The soak starts one server per shape cache size
+(`app.runtime.spec.Options.shape_cache`, through `bench.variant`; in a memory cgroup of its own), warms it with the
+longest input, ``clients`` at once so that every stream's buffers already have their largest size, then sends
+``requests`` requests whose phoneme inputs cycle through ``lengths`` distinct lengths in a shuffled order,
+``clients`` at a time. Billable memory and RSS are read every ``sample_every`` requests. At the end it releases the
+state (the admin endpoint), reads the released figure, and speaks once more to prove the restore.
 
 ``python -m bench soak --out bench/results/soak-<date>`` writes soak.json and soak.md.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import random
 import sys
@@ -26,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from bench import client, meter
+from bench import client, meter, variant
 from bench.configs import ServerConfig
 from bench.server import Server
 from lifecycle import pagecache, proctree
@@ -122,8 +123,9 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
                           kind="complete", streams=options.streams, threads_per_stream=options.threads_per_stream,
                           compile_cache=True, lifecycle=False)
     settings = config.env(quiet_window_s=0.0, queue_size=64)
-    settings.update({"TTS_BACKEND": options.backend, "TTS_SHAPE_CACHE": str(shape_cache),
-                     "TTS_ADMIN_TOKEN": ADMIN_TOKEN, "TTS_CACHE_DIR": str(options.cache_dir)})
+    settings.update({"TTS_BACKEND": options.backend, "TTS_ADMIN_TOKEN": ADMIN_TOKEN,
+                     "TTS_CACHE_DIR": str(options.cache_dir),
+                     **variant.launch_env(dataclasses.replace(config.options(), shape_cache=shape_cache))})
     result = SoakResult(shape_cache)
     order = schedule(options)
     # Every server reads the model and the compile cache from disk into its own cgroup, not the previous one's.
@@ -220,7 +222,7 @@ def render(record: dict[str, Any]) -> str:
         f"lengths ({o['min_tokens']}–"
         f"{o['min_tokens'] + o['lengths'] - 1} phoneme tokens, speed {o['speed']}), {o['clients']} clients, "
         "after a warm-up with the longest input; billable memory from the server's own memory cgroup.", "",
-        "| TTS_SHAPE_CACHE | errors | after warm-up MB | halfway MB | final MB | peak MB | 2nd-half growth "
+        "| shape cache | errors | after warm-up MB | halfway MB | final MB | peak MB | 2nd-half growth "
         "| released MB | restore ok | audio-s / CPU-s | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -231,7 +233,7 @@ def render(record: dict[str, Any]) -> str:
     lines += ["", "Series (requests: billable MB):", ""]
     for r in record["results"]:
         points = ", ".join(f"{int(s['requests'])}: {s['billable_mb']:.0f}" for s in r["series"])
-        lines.append(f"- `TTS_SHAPE_CACHE={r['shape_cache']}`: {points}")
+        lines.append(f"- shape cache `{r['shape_cache']}`: {points}")
     return "\n".join(lines) + "\n"
 
 
@@ -247,7 +249,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--speed", type=float, default=defaults.speed)
     parser.add_argument("--sample-every", type=int, default=defaults.sample_every)
     parser.add_argument("--shape-caches", default=",".join(map(str, defaults.shape_caches)),
-                        help="TTS_SHAPE_CACHE values to soak, one server each (default 0,-1)")
+                        help="OpenVINO shape cache sizes to soak, one server each (default 0,-1; 0 is the server's)")
     parser.add_argument("--backend", default=defaults.backend, choices=("openvino", "onnxruntime", "auto"),
                         help="TTS_BACKEND of the soaked server (default openvino)")
     args = parser.parse_args(argv)

@@ -36,6 +36,8 @@ from lifecycle.states import State, StateMachine, Transition
 
 log = logging.getLogger(__name__)
 
+BACKOFF_S = 2.0
+"""Seconds before the first background retry of a load or restore that failed; the wait doubles after each."""
 MAX_BACKOFF_S = 60.0
 """The longest wait between background retries."""
 
@@ -62,7 +64,7 @@ class Event:
 class LifecycleManager:
     def __init__(self, target: Reclaimable, *, quiet_window_s: float, meter: Meter | None = None,
                  evict_files: bool = True, on_event: Callable[[Event], None] | None = None,
-                 backoff_s: float = 2.0, max_failures: int = 5) -> None:
+                 backoff_s: float = BACKOFF_S, max_failures: int = 5) -> None:
         self.target = target
         self.quiet_window_s = quiet_window_s
         self.meter = meter or Meter()

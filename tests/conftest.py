@@ -111,17 +111,9 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`), then,
     with ``primary``, until the primary form serves (`until_primary`)."""
     port = free_port()
-    # Chunks cut by the text alone unless a test asks otherwise: many tests prove that nothing was lost by comparing
-    # a response byte for byte with the same request's audio earlier, and the defaults cut a request's chunks where
-    # the moment's load allows (slack-sized later chunks, a smaller first chunk on an idle pool). Those defaults
-    # are tested through a real server in tests/app/http/test_captioned_live.py (every word heard, in order). So
-    # is the quick front end: the requests right after ready would be phonemized by espeak-ng, later ones by misaki
-    # (tests/app/test_coldstart.py tests it).
-    # Nothing runs while released but the server, unless a test asks: the idle standby that starts the next inference
-    # process at a release (TTS_RELEASED_PROCESS) is tested in tests/lifecycle/test_inference_process.py.
-    env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1", "TTS_SLACK_CHUNKS": "0",
-           "TTS_IDLE_FIRST_CHUNK_TOKENS": "0", "TTS_LONE_FIRST_CHUNK_TOKENS": "0",
-           "TTS_QUICK_FRONTEND": "0", "TTS_RELEASED_PROCESS": "0"}
+    # The shipped defaults, but for what a test names: the same request gives the same audio at any load, so no
+    # default needs turning off for a test to compare responses byte for byte.
+    env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
     log_path = log_dir / f"server-{port}.log"
     process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)

@@ -60,7 +60,6 @@ async def info(request: Request) -> JSONResponse:
         "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
         "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,
                  "slots": svc.pool.slots, "queue_size": svc.pool.queue_size, "capacity": svc.pool.capacity,
-                 "wide_session": svc.engine.wide_chunk_tokens > 0,
                  **svc.pool.snapshot()},
         "formats": list(FORMATS),
         "settings": svc.settings.public(),

@@ -19,6 +19,7 @@ from app.engine import Engine
 from app.http import admin, captioned, catalog, health, speech, web
 from app.http.auth import KeyGuard
 from app.metrics import Metrics
+from app.runtime.spec import SERVER, Options
 from app.services import Services, build_engine
 from app.settings import Settings
 from app.sizing import read_budget, shape_for
@@ -69,19 +70,20 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body("internal error", "server_error", None, "internal_error"), status_code=500)
 
 
-def create_app(settings: Settings, *, engine: Engine | None = None) -> Starlette:
-    """The app; ``engine`` replaces the real one (fast routing tests use a fake)."""
+def create_app(settings: Settings, *, engine: Engine | None = None, options: Options = SERVER) -> Starlette:
+    """The app; ``engine`` replaces the real one (fast routing tests use a fake). ``options``: where the benchmark
+    or a test runs the model otherwise than the server does (`app.runtime.spec.Options`)."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
         budget = read_budget()
         if engine is None:
-            built, shape = await anyio.to_thread.run_sync(build_engine, settings, budget)
+            built, shape = await anyio.to_thread.run_sync(build_engine, settings, budget, options)
         else:
             built, shape = engine, shape_for(budget, settings.streams, settings.threads_per_stream)
         metrics = Metrics()
         manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle,
-                                   backoff_s=settings.recovery_backoff_s, max_failures=settings.recovery_attempts)
+                                   max_failures=settings.recovery_attempts)
         metrics.watch(manager.snapshot)
         services = Services(settings, built, manager, metrics, budget, shape)
         await manager.start()

@@ -184,8 +184,7 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
         raise
 
     def plan() -> Plan:
-        return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes,
-                               need_words=captioned or speech.stream_format == "sse")
+        return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes)
 
     stack = AsyncExitStack()
     try:

@@ -35,8 +35,7 @@ log = logging.getLogger("app.runtime.child")
 
 
 class InferenceLoop:
-    """Reads the server's messages and answers them; inferences run on a pool of one thread per slot (express lanes
-    included: `app.pool`)."""
+    """Reads the server's messages and answers them; inferences run on a pool of one thread per slot."""
 
     def __init__(self, inbox: Connection, outbox: Connection, runtime: LocalRuntime, slots: int) -> None:
         self.inbox = inbox
@@ -94,14 +93,11 @@ class InferenceLoop:
         if self._preload is not None:
             (asked, answer), self._preload = self._preload, None
             outcome = answer.result()
-            if asked.hold:
-                self.runtime.claim()  # the hold ends: the primary loads once the bridge has served (or soon after)
-            when = "while released" if asked.hold else "at start"
             if (asked.mode, asked.wait_for_request) == (mode, wait_for_request):
-                log.info("the %s load was begun %s, before the server asked", mode, when)
+                log.info("the %s load was begun at start, before the server asked", mode)
             else:  # app.runtime.early decides the first load as Engine.restore does: they disagree
-                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun %s",
-                            mode, wait_for_request, asked.mode, asked.wait_for_request, when)
+                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun at start",
+                            mode, wait_for_request, asked.mode, asked.wait_for_request)
             self._send_answer_then_held(outcome)
             return
         self.send(self._loading(mode, wait_for_request))
@@ -111,24 +107,18 @@ class InferenceLoop:
             self._held = []
         answer: Future[messages.Loaded | messages.LoadFailed] = Future()
         self._preload = (asked, answer)
-        threading.Thread(target=lambda: answer.set_result(self._loading(asked.mode, asked.wait_for_request,
-                                                                        hold=asked.hold)),
+        threading.Thread(target=lambda: answer.set_result(self._loading(asked.mode, asked.wait_for_request)),
                          name="preload", daemon=True).start()
 
-    def _loading(self, mode: str, wait_for_request: bool, *, hold: bool = False
-                 ) -> messages.Loaded | messages.LoadFailed:
+    def _loading(self, mode: str, wait_for_request: bool) -> messages.Loaded | messages.LoadFailed:
         try:
             if mode != "bridged":
                 resolved = self.runtime.load_primary()
-            elif hold:
-                resolved = self.runtime.load_bridged(wait_for_request, hold=True)
             else:
                 resolved = self.runtime.load_bridged(wait_for_request)
         except Exception as exc:
             log.exception("loading the %s backend failed", mode)
             return messages.LoadFailed(f"{type(exc).__name__}: {exc}")
-        if hold:
-            log.info("the bridge is open (%.2f s) and held for the next restore", resolved.load_s)
         return messages.Loaded(resolved)
 
     def _infer(self, request: messages.Infer) -> None:
@@ -157,13 +147,13 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=spec.settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from lifecycle.trim import configure_malloc
 
-    configure_malloc(spec.settings.malloc_arenas, spec.settings.malloc_mmap_threshold_kb)
+    configure_malloc()
     runtime = build_runtime(spec)
     if spec.has_bridge or spec.settings.backend == "onnxruntime":
         # Before the first message: at start the process is started ahead of its load, beside the server's
         # own start, and the import is the bridge's first cost.
         import onnxruntime  # noqa: F401
-    InferenceLoop(inbox, outbox, runtime, spec.shape.streams + spec.settings.express_slots).serve()
+    InferenceLoop(inbox, outbox, runtime, spec.shape.streams).serve()
     # Exit at once: a primary still loading in the background, runtime threads and their
     # memory all go with the process; nothing here needs an orderly teardown.
     sys.stdout.flush()

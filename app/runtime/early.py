@@ -82,29 +82,30 @@ def take(module: str) -> Spawned | None:
     return None
 
 
-def prepare(settings: Any) -> None:
-    """Resolve what is served from ``settings`` (`app.served`) and send the started process its `Spec` and its
-    first load. Anything that fails here is left to the server's own start, which resolves the same and raises
-    it there (the process then gets its Spec the usual way)."""
+def prepare(settings: Any, options: Any = None) -> None:
+    """Resolve what is served from ``settings`` and ``options`` (`app.served`; None: the server's) and send the
+    started process its `Spec` and its first load. Anything that fails here is left to the server's own start,
+    which resolves the same and raises it there (the process then gets its Spec the usual way)."""
     spawned = _early
     if spawned is None:
         return
     try:
         from app import served
         from app.runtime import messages
+        from app.runtime.spec import SERVER
         from app.sizing import read_budget
 
         # Quiet: the server's own start resolves the same again and logs it (once, and formatted as it says).
         logging.disable(logging.WARNING)
         try:
-            spec = served.resolve(settings, read_budget()).spec
+            spec = served.resolve(settings, read_budget(), options or SERVER).spec
         finally:
             logging.disable(logging.NOTSET)
         data = pickle.dumps(spec)
         spawned.outbox.send_bytes(data)
         spawned.sent = data
         # The first load as Engine.restore makes it: the bridge (the primary loading behind at once), else the primary.
-        first = messages.Preload("bridged" if spec.has_bridge and spec.settings.start_bridge else "primary")
+        first = messages.Preload("bridged" if spec.has_bridge else "primary")
         spawned.outbox.send(first)
     except Exception as exc:  # noqa: BLE001 - the server's start raises it again, with its own message
         log.debug("resolving the spec before the server's imports failed: %r", exc)

@@ -1,4 +1,4 @@
-"""Which backend runs inferences: the primary (OpenVINO), or a fast-loading bridge while it returns.
+"""Which backend runs inferences: the primary, or, under an OpenVINO primary, a fast-loading bridge while it loads.
 
 After a release, importing OpenVINO's compiled model from the cache is the slowest part of a
 restore (1.6–2.2 s measured here, more with the cache evicted from the page cache), while an
@@ -13,15 +13,6 @@ server turns ready, and the primary loads at once behind it, at the lowest CPU p
 request is waiting yet to be served first. A primary that fails to load behind the bridge leaves the
 bridge serving: the failure is logged, kept in `primary_error` (shown by ``/v1/info``) and handed
 to `on_primary_failed`; the next load (a restore) tries the primary again.
-
-With ``keep_bridge`` (`app.settings.Settings.wide_chunk_tokens`) the bridge is not dropped when the primary
-takes over: it stays loaded as the **wide session**, all the pool's threads in one session, and the slot
-`app.runtime.protocol.WIDE` runs on it (a lone request's chunk while the pool holds every stream for it).
-Before the takeover, or where the bridge is the only backend loaded, that slot runs on the active backend.
-With a ``wide`` backend (`app.runtime.spec.Spec.wide_primary`: the primary's form compiled as one stream on every
-thread) the bridge is dropped as usual and the wide backend loads behind the primary, in the same background
-thread at the same low priority, once the primary serves; the slot runs on it once it has loaded and warmed up
-(before, on the active backend's first slot), and a wide backend that fails to load is logged and left out.
 
 Every load of OpenVINO ends with a **warm-up** (not ONNX Runtime's: see `WARMED_BACKENDS`): each slot
 runs one short inference before the backend serves,
@@ -55,7 +46,6 @@ import numpy as np
 import numpy.typing as npt
 
 from app.runtime.backends.base import Backend, Inference, Resolved
-from app.runtime.protocol import WIDE
 from lifecycle import pagecache, trim
 
 log = logging.getLogger(__name__)
@@ -86,17 +76,9 @@ class WarmUp:
 class LocalRuntime:
     """The backends in this process (`app.runtime.protocol.Runtime`): the primary, and the bridge if any."""
 
-    def __init__(self, primary: Backend, bridge: Backend | None = None, warm_up: WarmUp | None = None, *,
-                 keep_bridge: bool = False, wide: Backend | None = None) -> None:
+    def __init__(self, primary: Backend, bridge: Backend | None = None, warm_up: WarmUp | None = None) -> None:
         self.primary = primary
         self.bridge = bridge
-        self.wide = wide
-        """The wide session's own backend, loaded behind the primary (see the module docstring)."""
-        self.keep_bridge = keep_bridge and bridge is not None and wide is None
-        """Keep the bridge loaded beside the primary as the wide session (see the module docstring)."""
-        self._wide_ready = False
-        self.wide_error: str | None = None
-        """Why the wide backend failed to load (the wide slot runs on the active backend); None once it loads."""
         self.warm_up = warm_up
         self.resolved: Resolved | None = None
         """What the primary resolved at its last load."""
@@ -107,7 +89,6 @@ class LocalRuntime:
         self._lock = threading.Lock()
         self._loader: threading.Thread | None = None
         self._bridge_served = threading.Event()
-        self._claimed = threading.Event()
         self._stop_loading = False
         self.on_primary: Callable[[Resolved], None] | None = None
         """Called (from the loader thread) when the primary takes over from the bridge."""
@@ -121,10 +102,6 @@ class LocalRuntime:
     @property
     def has_bridge(self) -> bool:
         return self.bridge is not None
-
-    @property
-    def has_wide(self) -> bool:
-        return self.keep_bridge or self.wide is not None
 
     @property
     def loaded(self) -> bool:
@@ -145,45 +122,28 @@ class LocalRuntime:
         self.primary_error = None
         with self._lock:
             self._active = self.primary
-        if self.wide is not None:
-            self._stop_loading = False
-            self._loader = threading.Thread(target=self._load_wide_behind, name="wide-load", daemon=True)
-            self._loader.start()
         self.settle()
         return self.resolved
 
-    def load_bridged(self, wait_for_request: bool = True, *, hold: bool = False) -> Resolved:
+    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
         """Open the bridge and serve with it now; load the primary in the background, once the bridge has
-        served its first inference when ``wait_for_request`` (a restore: a request is waiting), else at once.
-
-        With ``hold`` (a standby while released: `app.runtime.proxy.ProcessRuntime.standby`) the primary waits for
-        `claim` first, however long that takes, and the bridge's files leave the page cache once it is open."""
+        served its first inference when ``wait_for_request`` (a restore: a request is waiting), else at once."""
         assert self.bridge is not None
         # Unpacked only where a request waits on the opening (a restore): at a start the bridge opens beside the
         # server's imports, and its first inference, which the primary's load then competes with, would pay for it.
-        _pack_at_open(self.bridge, not wait_for_request or hold)
+        _pack_at_open(self.bridge, not wait_for_request)
         opened = self._warm(self.bridge, self.bridge.load())
         with self._lock:
             self._active = self.bridge
         self._bridge_served = threading.Event()
-        self._claimed = threading.Event()
         if not wait_for_request:
             self._bridge_served.set()
-        if not hold:
-            self._claimed.set()
-        else:
-            pagecache.evict(self.bridge.files())  # read into the session's memory: cached, they would be billed twice
         self._stop_loading = False
         self._loader = threading.Thread(target=self._load_primary_behind, name="primary-load", daemon=True)
         self._loader.start()
         return opened
 
-    def claim(self) -> None:
-        """End a ``hold`` (`load_bridged`): the server asked for the bridge; the primary loads once it has served."""
-        self._claimed.set()
-
     def _load_primary_behind(self) -> None:
-        self._claimed.wait()
         # Start once the bridge has served its first inference: the request that caused the restore
         # is waiting for it, and on few CPUs the load would slow it down (measured: first audio
         # after a release 2.2 s loading at once, 2.0 s loading after).
@@ -207,40 +167,13 @@ class LocalRuntime:
         self.primary_error = None
         with self._lock:
             self._active = self.primary
-            idle_bridge = (self.bridge is not None and not self.keep_bridge
-                           and self._users[id(self.bridge)] == 0)
+            idle_bridge = self.bridge is not None and self._users[id(self.bridge)] == 0
         log.info("primary backend took over from the bridge after %.2f s", resolved.load_s)
         if self.on_primary is not None:
             self.on_primary(resolved)
         if idle_bridge and self.bridge is not None:
             self._drop(self.bridge)
-        elif self.keep_bridge and self.bridge is not None and not self._stop_loading:
-            _repack(self.bridge)  # the wide session from now on: packed weights run faster
-        if self.wide is not None:
-            self._load_wide()
         self.settle()
-
-    def _load_wide_behind(self) -> None:
-        _lowest_priority()
-        self._load_wide()
-
-    def _load_wide(self) -> None:
-        """Load and warm the wide backend (in the loader thread, once the primary serves); a failure leaves the
-        wide slot on the active backend."""
-        wide = self.wide
-        if wide is None or self._stop_loading:
-            return
-        try:
-            resolved = self._warm(wide, wide.load())
-        except Exception as exc:
-            log.exception("the wide session's backend failed to load; the wide slot runs on a stream")
-            self.wide_error = f"{type(exc).__name__}: {exc}"
-            return
-        with self._lock:
-            self._wide_ready = not self._stop_loading
-        self.wide_error = None
-        log.info("wide session loaded: %s, %d stream of %d threads, in %.2f s", wide.name, resolved.streams,
-                 resolved.threads, resolved.load_s)
 
     def _warm(self, backend: Backend, resolved: Resolved) -> Resolved:
         """One inference on every stream of a freshly loaded ``backend``, one after another.
@@ -280,13 +213,6 @@ class LocalRuntime:
             backend = self._active
             if backend is None:
                 raise RuntimeError("no backend is loaded")
-            if slot == WIDE:
-                # The wide backend or the kept bridge once it is loaded; before (or without one), the active
-                # backend's first slot, which the pool holds with all the others for this call.
-                kept = self.bridge if self.keep_bridge and self.bridge is not None and self.bridge.loaded else None
-                if self._wide_ready and self.wide is not None and backend is self.primary:
-                    kept = self.wide
-                backend, slot = kept or backend, 0
             self._users[id(backend)] += 1
         try:
             return backend.infer_timed(slot, tokens, style, speed), backend.name
@@ -296,8 +222,7 @@ class LocalRuntime:
                 self.served[backend.name] += 1
                 if backend is self.bridge:
                     self._bridge_served.set()
-                drop = (backend is self.bridge and not self.keep_bridge and self._active is not backend
-                        and self._users[id(backend)] == 0)
+                drop = backend is self.bridge and self._active is not backend and self._users[id(backend)] == 0
             if drop:
                 self._drop(backend)
             if time.monotonic() - self._settled >= SETTLE_S:
@@ -327,46 +252,27 @@ class LocalRuntime:
         """Drop everything; waits for a background load first."""
         if self._loader is not None:
             self._stop_loading = True
-            self._claimed.set()
             self._bridge_served.set()
             self._loader.join()
             self._loader = None
         with self._lock:
             self._active = None
-            self._wide_ready = False
         self.primary.unload()
         if self.bridge is not None:
             self.bridge.unload()
-        if self.wide is not None:
-            self.wide.unload()
 
     def files(self) -> list[Path]:
         found = list(self.primary.files())
-        for other in (self.bridge, self.wide):
-            if other is not None:
-                found.extend(p for p in other.files() if p not in found)
+        if self.bridge is not None:
+            found.extend(p for p in self.bridge.files() if p not in found)
         return found
 
 
 def _pack_at_open(bridge: Backend, pack: bool) -> None:
     """Whether ``bridge`` (where it can choose: `app.runtime.backends.onnxruntime.OnnxRuntimeBackend.pack_at_open`)
-    packs its weights as it opens, or opens at once and packs them later (`_repack`)."""
+    packs its weights as it opens, or opens at once with them unpacked."""
     if hasattr(bridge, "pack_at_open"):
         bridge.pack_at_open = pack
-
-
-def _repack(bridge: Backend) -> None:
-    """Pack the weights of a bridge that opened without (`app.runtime.backends.onnxruntime.OnnxRuntimeBackend.repack`)
-    now that nothing waits on its opening; a failure leaves it serving unpacked."""
-    repack: Callable[[], bool] | None = getattr(bridge, "repack", None)
-    if repack is None:
-        return
-    start = time.perf_counter()
-    try:
-        if repack():
-            log.info("the bridge's weights packed in %.2f s", time.perf_counter() - start)
-    except Exception:
-        log.exception("packing the bridge's weights failed; it serves with them unpacked")
 
 
 def _lowest_priority() -> None:

@@ -36,9 +36,6 @@ class Preload:
 
     mode: Literal["primary", "bridged"]
     wait_for_request: bool = False
-    hold: bool = False
-    """Bridged: hold the primary's load until the server asks for this load (`Load`) and the bridge has served,
-    however long the wait (a standby after a release: `app.runtime.proxy.ProcessRuntime.standby`)."""
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,6 @@ import numpy.typing as npt
 
 from app.runtime.backends.base import Inference, Resolved
 
-WIDE = -1
-"""The slot of the wide session: one inference on all the pool's threads (the bridge kept beside the primary,
-`app.runtime.local`), run only while the pool holds every other slot for it (`app.pool.StreamPool.run`)."""
-
 
 class Runtime(Protocol):
     """Loads, runs and drops the model's inference state.
@@ -54,11 +50,6 @@ class Runtime(Protocol):
     @property
     def has_bridge(self) -> bool:
         """Whether a load may open the fast-loading bridge first (`load_bridged`)."""
-        ...
-
-    @property
-    def has_wide(self) -> bool:
-        """Whether `WIDE` names a session wider than a slot (the bridge kept loaded beside the primary)."""
         ...
 
     def load_primary(self) -> Resolved:

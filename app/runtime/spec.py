@@ -1,5 +1,5 @@
 """What the inference runtime is built from, and the building: used by the inference process
-(`app.runtime.child`) and, with ``TTS_INFERENCE_PROCESS=0``, by the server itself.
+(`app.runtime.child`) and, with `Options.in_process`, by the server itself.
 
 Light on purpose: the inference process imports this before it can open the bridge, so what
 it imports is on a restore's path. The primary backend is built at its first load
@@ -9,7 +9,6 @@ CPU plugin, work a restore served by the bridge does in the background.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,34 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Options:
+    """How the model runs, where a test or the benchmark asks for other than the product. Never read from the
+    environment (`app.settings` holds what an operator sets): the defaults are the server."""
+
+    bridge: bool = True
+    """Open the ONNX Runtime bridge first where the primary is OpenVINO (`Spec.has_bridge`); False loads the primary
+    alone (the benchmark measures the form itself)."""
+    in_process: bool = False
+    """Run the model in the server's process instead of an inference process (`app.runtime.proxy`): the benchmark
+    reads CPU time from its own process, and tests build an engine in process."""
+    warm_up: bool = True
+    """Run one inference on every stream after each load (`app.runtime.local.WarmUp`)."""
+    compile_cache: bool = True
+    """Use OpenVINO's compile cache and ONNX Runtime's saved graph under the cache directory; False compiles at every
+    load (the benchmark's cold starts without a cache)."""
+    runtime_defaults: bool = False
+    """Leave streams and threads to the runtime's own defaults (the benchmark's baseline)."""
+    shape_cache: int = 0
+    """OpenVINO's cache of per-input-shape kernels (``CPU_RUNTIME_CACHE_CAPACITY``, entries): at OpenVINO's default
+    (5000) memory grew by 10-20 MB per new input length without bound, at 0 it levels off for about 6 % less speed
+    (bench/results/soak-compare-20261129). -1 keeps OpenVINO's default (the benchmark's baseline)."""
+
+
+SERVER = Options()
+"""The server's own options."""
+
+
+@dataclass(frozen=True)
 class Spec:
     """Everything needed to build the runtime (sent to the inference process once, pickled)."""
 
@@ -35,6 +62,8 @@ class Spec:
     """The writable cache directory (compile cache, the bridge's optimized graph)."""
     warm_up: WarmUp | None = None
     """What every slot runs once after each load, before serving; None skips the warm-up."""
+    options: Options = SERVER
+    """Where a test or the benchmark runs the model otherwise than the server does."""
     bridge_path: Path | None = None
     """The file the ONNX Runtime bridge runs when it is not ``model_path`` (`app.served`): under an OpenVINO form,
     the ONNX file it was derived from (ONNX Runtime cannot run OpenVINO's IR) or the ONNX Runtime form the tuning
@@ -53,63 +82,37 @@ class Spec:
 
     @property
     def has_bridge(self) -> bool:
-        """A bridge opens faster than the primary and serves a request alone faster: OpenVINO's compiled model
-        takes seconds to import, and ONNX Runtime sized as N sessions of T threads opens N sessions, each
-        running a lone request on T threads, where the bridge opens one with all N x T."""
-        settings = self.settings
-        if not settings.restore_bridge:
-            return False
-        if settings.backend == "openvino":
-            return True
-        return settings.backend == "onnxruntime" and not settings.runtime_defaults and self.shape.streams > 1
-
-    @property
-    def wide_primary(self) -> bool:
-        """Whether the wide session is OpenVINO's primary form compiled as one stream on all the pool's threads
-        (``TTS_WIDE_FORM=primary``; `app.runtime.tuning.AUTO_WIDE_FORMS` says why ``auto`` never picks it)."""
-        settings = self.settings
-        return (settings.wide_form == "primary" and settings.backend == "openvino" and settings.wide_chunk_tokens > 0
-                and self.shape.streams > 1)
-
-    @property
-    def wide(self) -> bool:
-        """Whether the pool has a wide session (`app.runtime.local`): the primary's form on every thread, or the
-        bridge kept loaded beside the primary; only where it is wider than a slot, that is where the pool has
-        more than one stream."""
-        return self.wide_primary or (self.settings.wide_chunk_tokens > 0 and self.has_bridge
-                                     and self.shape.streams > 1)
+        """Whether a load opens the ONNX Runtime bridge first: only under an OpenVINO primary, whose compiled model
+        takes seconds to import. An ONNX Runtime primary opens as fast and serves from its first request: its first
+        requests are made by the same form as every later one."""
+        return self.options.bridge and self.settings.backend == "openvino"
 
 
 def build_runtime(spec: Spec) -> LocalRuntime:
-    """The backends, unloaded: run by the inference process, or by the server itself when
-    ``TTS_INFERENCE_PROCESS=0`` (the compile-cache choice imports OpenVINO, so it happens here)."""
+    """The backends, unloaded: run by the inference process, or by the server itself with `Options.in_process`
+    (the compile-cache choice imports OpenVINO, so it happens here)."""
     bridge = (backends.bridge(spec.bridge_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
-                              spec.baked_graphs, spin_us=spec.settings.bridge_spin_us) if spec.has_bridge else None)
-    # Chosen once, at the primary's first build (it verifies a baked cache's files): the wide form shares it.
-    cache = functools.cache(lambda: _compile_cache(spec.settings, spec.model_path, spec.writable))
-    wide = (Deferred(spec.settings.backend, lambda: _primary(spec, cache(), PoolShape(1, spec.shape.threads)))
-            if spec.wide_primary else None)
-    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec, cache())), bridge, spec.warm_up,
-                        keep_bridge=spec.wide and not spec.wide_primary, wide=wide)
+                              spec.baked_graphs) if spec.has_bridge else None)
+    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
 
 
-def _primary(spec: Spec, cache: Path | None, shape: PoolShape | None = None) -> Backend:
-    """The primary backend with OpenVINO's ``cache`` directory, in the pool's shape or (the wide session's form) in
-    ``shape``."""
-    settings = spec.settings
+def _primary(spec: Spec) -> Backend:
+    """The primary backend, with OpenVINO's compile cache chosen at its first build (it verifies a baked cache's
+    files)."""
+    settings, options = spec.settings, spec.options
+    cache = _compile_cache(settings, options, spec.model_path, spec.writable)
     fallback = spec.writable / "openvino" / cache.name if cache else None
-    return backends.create(settings.backend, spec.model_path, shape or spec.shape,
-                           runtime_defaults=settings.runtime_defaults,
+    return backends.create(settings.backend, spec.model_path, spec.shape, runtime_defaults=options.runtime_defaults,
                            precision=settings.precision, cache_dir=cache, fallback_cache_dir=fallback,
-                           shape_cache=settings.shape_cache,
-                           optimized_dir=spec.writable / "onnxruntime" if settings.compile_cache else None,
+                           shape_cache=options.shape_cache,
+                           optimized_dir=spec.writable / "onnxruntime" if options.compile_cache else None,
                            baked_optimized_dir=spec.baked_graphs)
 
 
-def _compile_cache(settings: Settings, model_path: Path, writable: Path) -> Path | None:
+def _compile_cache(settings: Settings, options: Options, model_path: Path, writable: Path) -> Path | None:
     """OpenVINO's CACHE_DIR: the cache baked into the image when its key matches, else the writable one
     (or, when the configured cache directory is read-only, what it already holds)."""
-    if not settings.compile_cache or settings.backend != "openvino":
+    if not options.compile_cache or settings.backend != "openvino":
         return None
     from app.runtime import compile_cache
 

@@ -7,8 +7,8 @@ model at one thread per session (`app.runtime.outputcheck`, the benchmark's chec
 any chunk, or whose trial crashes, is never chosen. Trials run in interleaved rounds (A B C, A B C), so a
 noisy neighbour slows every candidate alike, and the choice is the highest score (`Ranking`): the median
 audio-seconds per CPU-second, less what the candidate's memory costs on an instance-billed platform
-(``TTS_TUNE_MEMORY_PRICE``; 0 ranks by CPU efficiency alone). The result is a manifest keyed to this CPU,
-budget, runtimes and model (`app.runtime.tuning`).
+(``--memory-price``, `MEMORY_PRICE` by default; 0 ranks by CPU efficiency alone). The result is a manifest
+keyed to this CPU, budget, runtimes and model (`app.runtime.tuning`).
 
 OpenVINO is the engine this server is built around, so it wins ties (within `TIE`); where ONNX Runtime
 scores higher by more than that, the tuner picks it and says so.
@@ -37,9 +37,11 @@ import psutil
 
 from app.runtime import cachedir, forms, modelfile, outputcheck
 from app.runtime.cpu import cpu_flags
+from app.runtime.spec import SERVER, Options
 from app.runtime.tuning import Candidate, Manifest, TuneKey, write
 from app.settings import Settings
 from app.sizing import read_budget
+from lifecycle import trim
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,11 @@ class Result:
                 "chosen": False, "error": self.error}
 
 
+MEMORY_PRICE = 0.111
+"""The price of one GiB-second in vCPU-seconds that `Ranking` charges by default: Cloud Run's instance-based price
+($0.000002 per GiB-s over $0.000018 per vCPU-s; Fargate's is 0.110)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Ranking:
     """How candidates are compared: audio per unit of instance cost.
@@ -196,13 +203,13 @@ def plan_inputs(settings: Settings, folder: Path) -> Path:
     """The tuning corpus as model inputs, planned by the server's own front end and chunker."""
     from app.services import build_engine
 
-    engine, _ = build_engine(dataclasses.replace(settings, inference_process=False), read_budget())
+    engine, _ = build_engine(settings, read_budget(), Options(in_process=True))
     engine.frontend.load((settings.lang,))
     voices = set(engine.voices.names)
     arrays: dict[str, npt.NDArray[Any]] = {}
     for number, (voice, text) in enumerate(TUNING_TEXTS):
         plan = engine.plan(text, voice if voice in voices else _fallback(engine.voices.names), 1.0)
-        for index, phonemes in enumerate(plan.chunks):
+        for index, phonemes in enumerate(c for c in plan.chunks if engine.vocab.ids(c)):
             tokens = engine.vocab.tokens(phonemes)
             arrays[f"t{number}/{index}/tokens"] = tokens
             arrays[f"t{number}/{index}/style"] = plan.voice.style_for(tokens.shape[1] - 2)
@@ -247,7 +254,7 @@ def choose(results: list[Result], ranking: Ranking | None = None) -> tuple[Resul
         why += (f", {ranking.score(best) / ranking.score(openvino) - 1:.0%} above the best OpenVINO form "
                 f"({openvino.candidate.name}, {ranking.describe(openvino)})")
     if ranking.memory_price:
-        why += (f"; memory priced at {ranking.memory_price:g} vCPU-s per GiB-s (TTS_TUNE_MEMORY_PRICE) on "
+        why += (f"; memory priced at {ranking.memory_price:g} vCPU-s per GiB-s (--memory-price) on "
                 f"{ranking.cpus} vCPUs")
     failed = [r.candidate.name for r in results if not r.eligible]
     if failed:
@@ -257,9 +264,9 @@ def choose(results: list[Result], ranking: Ranking | None = None) -> tuple[Resul
 
 def _more_streams(chosen: Result, eligible: list[Result], ranking: Ranking, why: str) -> tuple[Result, str]:
     """``chosen``, or the same backend with more streams where that scores within `TIE` of it: more streams let a
-    new request's first chunk start beside a running chunk instead of waiting for it to end, and give a request
-    alone the wide session (2-vCPU Zen 5, ONNX Runtime 2 x 1 against 1 x 2 at level efficiency: first audio p50
-    0.83-0.92 s against 0.99-1.36 s at 2 clients; bench/results/latency-20261202-zen5-2x1)."""
+    new request's first chunk start beside a running chunk instead of waiting for it to end (2-vCPU Zen 5, ONNX
+    Runtime 2 x 1 against 1 x 2 at level efficiency: first audio p50 0.83-0.92 s against 0.99-1.36 s at 2 clients;
+    bench/results/latency-20261202-zen5-2x1)."""
     rivals = [r for r in eligible if r.candidate.backend == chosen.candidate.backend
               and r.candidate.streams > chosen.candidate.streams
               and ranking.score(r) >= ranking.score(chosen) * (1 - TIE)]
@@ -272,9 +279,10 @@ def _more_streams(chosen: Result, eligible: list[Result], ranking: Ranking, why:
 
 
 def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0, cpus: int = 0,
-         only: list[Candidate] | None = None, trial: Trial = subprocess_trial) -> Manifest:
+         only: list[Candidate] | None = None, trial: Trial = subprocess_trial,
+         memory_price: float = MEMORY_PRICE) -> Manifest:
     """Measure, check, choose, and write the manifest under ``out``. ``cpus`` tunes for a smaller budget than
-    this machine's: the trials then run pinned to that many CPUs."""
+    this machine's: the trials then run pinned to that many CPUs. ``memory_price``: `Ranking`'s."""
     started = time.monotonic()
     usable = read_budget().cpus
     if cpus > usable:
@@ -298,12 +306,13 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
         work = plan_inputs(settings, folder)
         # What the server's own process holds whatever the runtime: this process has just loaded the same
         # front end and voices.
-        ranking = Ranking(cpus, settings.tune_memory_price, psutil.Process().memory_info().rss / 2**20)
+        ranking = Ranking(cpus, memory_price, psutil.Process().memory_info().rss / 2**20)
+        server = SERVER
         base = {"folder": str(folder), "work": str(work), "model_path": str(model_path),
-                "shape_cache": settings.shape_cache, "affinity": pinned,
-                "malloc_arenas": settings.malloc_arenas, "malloc_mmap_threshold_kb": settings.malloc_mmap_threshold_kb,
+                "shape_cache": server.shape_cache, "affinity": pinned,
+                "malloc_arenas": trim.MALLOC_ARENAS, "malloc_mmap_threshold_kb": trim.MMAP_THRESHOLD_KB,
                 # ONNX Runtime serves from its saved, optimized graph: measure that, and leave it made.
-                "optimized_dir": str(writable / "onnxruntime") if settings.compile_cache else ""}
+                "optimized_dir": str(writable / "onnxruntime")}
         log.info("tuning %d candidates on %d CPUs (%s), up to %d rounds", len(pool), cpus, key.cpu, rounds)
         ref_audio: dict[str, npt.NDArray[np.float32]] | None = None
         ref_efficiency = math.nan
@@ -366,7 +375,7 @@ def _cache_dir(candidate: Candidate, settings: Settings, writable: Path, model_p
                digest: str | None) -> str:
     """The compile cache the server would use for this candidate (the baked one when it matches), so that
     tuning imports what the image baked and fills what the server will import."""
-    if candidate.backend != "openvino" or not settings.compile_cache:
+    if candidate.backend != "openvino":
         return ""
     from app.runtime import compile_cache
 
@@ -400,9 +409,15 @@ def main(argv: list[str], settings: Settings) -> int:
     parser.add_argument("--max-s", type=float, default=170.0, help="start no new round after this many seconds")
     parser.add_argument("--cpus", type=int, default=0,
                         help="tune for this CPU budget (at most this machine's); default: this machine's")
+    parser.add_argument("--memory-price", type=float, default=MEMORY_PRICE,
+                        help="what a GiB-second costs in vCPU-seconds where the image will run, to rank candidates "
+                             f"by audio per dollar; 0 ranks by CPU efficiency alone (default {MEMORY_PRICE:g}: "
+                             "Cloud Run's instance-based price)")
     args = parser.parse_args(argv)
+    if not 0 <= args.memory_price <= 10:
+        parser.error(f"--memory-price {args.memory_price:g}: must be between 0 and 10")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     manifest = tune(settings, out=args.out or cachedir.writable(settings.cache_dir), rounds=args.rounds,
-                    max_s=args.max_s, cpus=args.cpus)
+                    max_s=args.max_s, cpus=args.cpus, memory_price=args.memory_price)
     sys.stdout.write(format_table(manifest) + "\n" + manifest.why + "\n")
     return 0

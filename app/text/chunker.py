@@ -1,10 +1,13 @@
 """Split a phoneme string into model chunks at sentence, then clause, then word boundaries.
 
+The chunks depend on the text alone, never on the server's load: the same request is always cut the
+same way, so it always gives the same audio.
+
 The model takes at most 510 tokens. Nothing is ever dropped: a piece that fits nowhere else is
 cut at a word boundary, and a single word longer than a chunk is cut hard.
 
 The first chunk is small, because a request's first audio waits for all of it: the first
-sentence when it fits ``first_max``, else as many of its first clauses as fit, else as many of
+sentence when it fits `FIRST_CHUNK_TOKENS`, else as many of its first clauses as fit, else as many of
 its first words (never a lone word when more fit). Later chunks grow: the second within
 ``second_max`` (by default twice ``first_max``; the server asks for more, so a small first chunk adds no
 inference), then each bound twice the one before, up to ``max_tokens``: synthesis of chunk k+1 runs while
@@ -27,6 +30,17 @@ import re
 from collections import deque
 
 MODEL_MAX_TOKENS = 510
+FIRST_CHUNK_TOKENS = 20
+"""Bound on a request's first chunk, whose synthesis its first audio waits for: about 1.5 s of speech. On the Xeon
+with AMX under load, against 30: first audio 0.85-0.92 against 1.15 s p50 at 4 clients, the same audio per CPU-second
+(bench/results/latency-20261204-xeon-resume)."""
+SECOND_CHUNK_TOKENS = 60
+"""Bound on the second chunk; each later bound doubles from it. 60 is where a 30-token first chunk's doubling went:
+every inference pays a fixed part, and doubling from 20 cost 3-4 % of the audio per CPU-second
+(bench/results/latency-20261202-zen5-first20)."""
+MAX_CHUNK_TOKENS = 120
+"""Bound on later chunks: one running chunk holds its stream this long, so a new request's first chunk can wait for
+it; a hung-up client's synthesis stops after the chunk in progress."""
 MIN_REST = 10
 """Fewest tokens the rest of a first sentence may have once the first chunk is cut from it (module docstring)."""
 
@@ -37,7 +51,8 @@ _FINER = (
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
 
 
-def chunk(phonemes: str, first_max: int, max_tokens: int, second_max: int = 0) -> list[str]:
+def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = MAX_CHUNK_TOKENS,
+          second_max: int = SECOND_CHUNK_TOKENS) -> list[str]:
     """Chunks of ``phonemes``: the first at most ``first_max`` characters (or the whole first sentence, where
     cutting it there would leave a rest shorter than `MIN_REST`), the second at most ``second_max`` (0: twice
     ``first_max``), later ones up to ``max_tokens``, each bound twice the one before (the rule when nothing tells how
@@ -81,10 +96,9 @@ def take(text: str, limit: int, whole_within: int = 0) -> tuple[str, str]:
     """The next later chunk of ``text`` within ``limit`` characters, and the text left after it.
 
     Whole sentences while they fit; a sentence longer than the chunk is split at clauses, else at words,
-    and a single word longer than a chunk is cut. Called once per chunk, with whatever bound that chunk
-    gets (`chunk` doubles it; the engine may size it from the playback clock). Where the text left would be
-    shorter than `MIN_REST` and all of ``text`` fits ``whole_within``, all of it is the chunk: the rest would
-    cost a whole inference's fixed part for a word or two."""
+    and a single word longer than a chunk is cut. Called once per chunk, with the bound `chunk` gives it.
+    Where the text left would be shorter than `MIN_REST` and all of ``text`` fits ``whole_within``, all of it is
+    the chunk: the rest would cost a whole inference's fixed part for a word or two."""
     piece, rest = _cut(text, limit)
     if rest and len(rest) < MIN_REST and len(text.strip()) <= min(whole_within, MODEL_MAX_TOKENS):
         return text.strip(), ""

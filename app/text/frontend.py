@@ -100,19 +100,8 @@ def _offline_g2p(british: bool, nlp: Any, fallback: Any, lexicon_dir: Path | Non
 ENGLISH = ("en-us", "en-gb")
 """The front end's keys that misaki's English G2P reads; every other language has a reader of its own."""
 
-QUICK_UNSAFE = "](/"
-"""misaki's inline phoneme markup, which espeak-ng would read aloud: such text waits for misaki."""
-
-
-class _Text:
-    """What misaki's espeak fallback reads from a token: its text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
 class _Locked:
-    """misaki's espeak fallback, called under the lock the quick path shares."""
+    """misaki's espeak fallback, called under the lock the espeak-ng languages share (one espeak library)."""
 
     def __init__(self, fallback: Any, lock: threading.Lock) -> None:
         self._fallback, self._lock = fallback, lock
@@ -123,13 +112,8 @@ class _Locked:
 
 
 class Frontend:
-    """Loads lazily, phonemizes under a lock, and can be dropped to free its memory.
-
-    `unload` frees the spaCy pipeline (46 MB) and misaki's lexicons (57 MB as dicts, 2.6 MB of
-    mapped file as tries) but keeps the espeak-ng fallback (6 MB): phonemizer loads a fresh copy of
-    the espeak library for every backend it creates and never unloads it, so recreating it leaked
-    5.5 MB per release.
-    """
+    """Loads once, then phonemizes under a lock; a release of the model keeps it loaded (about 25 MB of released
+    memory: its lexicon is a memory-mapped trie), so a restore never waits for it."""
 
     def __init__(self, lexicon_dir: Path | None = None, baked_lexicon_dir: Path | None = None) -> None:
         """``lexicon_dir``: where misaki's lexicon is kept as memory-mapped tries (`app.text.lexicon`);
@@ -141,9 +125,10 @@ class Frontend:
         self._nlp: Any = None
         self._g2p: dict[str, Any] = {}
         self._fallbacks: dict[str, Any] = {}
+        """misaki's espeak-ng fallback (for words it does not know), per accent."""
         self._espeak_lock = threading.Lock()
-        """espeak-ng's wrapper is not safe for concurrent calls: the quick path, misaki's fallback and the espeak
-        languages share it."""
+        """espeak-ng's wrapper is not safe for concurrent calls: misaki's fallback and the
+        espeak-ng languages share it."""
         self._readers: dict[str, Any] = {}
         """The espeak-ng languages' readers, by language key, loaded on first use."""
         self._reader_process = ReaderProcess()
@@ -155,17 +140,8 @@ class Frontend:
 
     @property
     def serving(self) -> str:
-        """What phonemizes a request now: ``misaki``, ``espeak`` (the quick front end, misaki loading) or ``none``."""
-        return "misaki" if self._g2p else "espeak" if self._fallbacks else "none"
-
-    def load_quick(self, lang: str) -> float:
-        """Load espeak-ng alone for ``lang`` (about 0.15-0.25 s here, against about 1 s for misaki with spaCy), so
-        requests can be phonemized while `load` runs (`phonemize_words` with ``quick``); `load` reuses it as misaki's
-        fallback. Returns the seconds it took."""
-        start = time.perf_counter()
-        with self._espeak_lock:
-            self._fallback(lang)
-        return time.perf_counter() - start
+        """What phonemizes a request now: ``misaki``, or ``none`` before it is loaded."""
+        return "misaki" if self._g2p else "none"
 
     def _fallback(self, lang: str) -> Any:
         fallback = self._fallbacks.get(lang)
@@ -183,15 +159,10 @@ class Frontend:
                 self._ensure(lang)
         return time.perf_counter() - start
 
-    def unload(self) -> None:
-        with self._lock:
-            self._g2p.clear()
-            self._nlp = None
-
     def release_languages(self) -> None:
         """End the Japanese and Mandarin readers' process (their dictionaries, about 200 MB), started again by their
         next request. The espeak-ng languages' readers stay: phonemizer loads a copy of the espeak library for each
-        and never unloads it (see the class docstring), so dropping them would leak rather than free."""
+        and never unloads it, so dropping them would leak rather than free."""
         self._reader_process.close()
 
     @property
@@ -219,22 +190,16 @@ class Frontend:
         taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
         return self.phonemize_words(text, lang)[0]
 
-    def phonemize_words(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
+    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
         """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`); ``lang``
-        is a `app.text.languages.Language` key. Only English gives words (misaki's tokens); the other languages none.
-
-        ``quick``: while misaki is not loaded for ``lang`` but espeak-ng is (`load_quick`), phonemize with espeak-ng
-        alone, as kokoro-onnx does, with no words (so no word timings) instead of waiting for misaki. Text with
-        misaki's inline phonemes (``[word](/phonemes/)``) always waits for misaki."""
+        is a `app.text.languages.Language` key. Only English gives words (misaki's tokens); the other languages none."""
         if lang not in ENGLISH:
             return self._phonemize_other(text, languages.parse(lang)), []
-        return self._phonemize_english(text, lang, quick=quick)
+        return self._phonemize_english(text, lang)
 
-    def _phonemize_english(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
-        """`phonemize_words` for English (misaki, or espeak-ng alone while misaki loads)."""
+    def _phonemize_english(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+        """`phonemize_words` for English."""
         pieces = textclean.pieces(textclean.clean(text))
-        if quick and lang not in self._g2p and lang in self._fallbacks and QUICK_UNSAFE not in text:
-            return self._espeak(pieces, lang), []
         out: list[str] = []
         found: list[words.Word] = []
         length = 0
@@ -282,16 +247,6 @@ class Frontend:
             log.info("text front end loaded for %s", lang.name)
         return reader
 
-    def _espeak(self, pieces: list[str], lang: str) -> str:
-        fallback = self._fallbacks[lang]
-        out: list[str] = []
-        for piece in pieces:
-            with self._espeak_lock:
-                phonemes, _ = fallback(_Text(piece))
-            if phonemes and phonemes.strip():
-                out.append(phonemes.strip())
-        return " ".join(out)
-
     def _ensure(self, lang: str) -> Any:
         g2p = self._g2p.get(lang)
         if g2p is None:
@@ -301,6 +256,6 @@ class Frontend:
             with self._espeak_lock:
                 fallback = _Locked(self._fallback(lang), self._espeak_lock)
             g2p = self._g2p[lang] = _offline_g2p(lang == "en-gb", self._nlp, fallback, self._lexicon_dir,
-                                                     self._baked_lexicon_dir)
+                                                 self._baked_lexicon_dir)
             log.info("text front end loaded for %s", lang)
         return g2p

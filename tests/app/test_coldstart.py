@@ -33,8 +33,7 @@ def info(server: LiveServer) -> dict[str, object]:
 
 def test_the_first_request_after_start_is_served_by_the_bridge_and_passes_the_output_check(
         cache_dir: Path, tmp_path: Path) -> None:
-    # Without the wide session, whose lone requests run on the kept bridge (the audio `first` has), not OpenVINO.
-    with live_server(cache_dir, tmp_path, primary=False, quiet_window_s="0", wide_chunk_tokens="0") as server:
+    with live_server(cache_dir, tmp_path, primary=False, quiet_window_s="0") as server:
         first = speak(server)  # sent the moment /readyz turned 200
         served = info(server)
         assert served["inferences_by_backend"] == {"onnxruntime": 1}, served  # before OpenVINO served any
@@ -72,19 +71,16 @@ def test_a_primary_that_fails_to_load_leaves_the_bridge_serving_logged_and_in_in
             time.sleep(0.1)
 
 
-def test_the_quick_front_end_serves_at_ready_and_misaki_takes_over_with_word_timings_waiting_for_it(
+def test_an_onnx_runtime_server_speaks_its_first_request_at_ready_as_it_speaks_every_later_one(
         cache_dir: Path, tmp_path: Path) -> None:
-    with live_server(cache_dir, tmp_path, primary=False, quiet_window_s="0", quick_frontend="1") as server:
-        # Sent the moment /readyz turned 200: one that needs no words, and one that asks for word timings.
-        first = speak(server)
-        assert len(first) > 12000 and np.abs(first).max() > 0.05
-        captioned = httpx.post(f"{server.url}/dev/captioned_speech", timeout=120,
-                               json={"input": TEXT, "voice": "af_heart", "stream": False, "response_format": "wav"})
-        assert captioned.status_code == 200, captioned.text
-        assert [w["word"] for w in captioned.json()["timestamps"]] == ["Welcome", "back"]  # misaki's, waited for
-        deadline = time.monotonic() + 30
-        while info(server)["frontend"] != "misaki":
-            assert time.monotonic() < deadline, server.log()[-2000:]
-            time.sleep(0.1)
-        assert len(speak(server)) > 12000
-    assert "misaki loaded behind the quick front end" in server.log()
+    """No bridge in front of an ONNX Runtime primary, and ready only with misaki loaded: the request sent the moment
+    /readyz turns 200 gets the bytes the same request gets later."""
+    body = {"input": "Welcome back, it is 3:30 pm.", "voice": "af_heart", "response_format": "pcm"}
+    with live_server(cache_dir, tmp_path, primary=False, quiet_window_s="0", backend="onnxruntime") as server:
+        first = httpx.post(f"{server.url}/v1/audio/speech", timeout=120, json=body)
+        served = info(server)
+        later = httpx.post(f"{server.url}/v1/audio/speech", timeout=120, json=body)
+    assert first.status_code == later.status_code == 200
+    assert served["frontend"] == "misaki" and not served["bridge_serving"]
+    assert set(served["inferences_by_backend"]) == {"onnxruntime"} and served["active_backend"] == "onnxruntime"
+    assert first.content == later.content and len(first.content) > 24000

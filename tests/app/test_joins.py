@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app import silence
+from app.runtime.spec import Options
 from app.services import build_engine
 from app.settings import Settings
 from app.sizing import read_budget
@@ -25,9 +26,9 @@ TEXT = ("Well, I think so, but the weather is turning and we should leave soon, 
 
 
 def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path) -> None:
-    settings = Settings(cache_dir=cache_dir, inference_process=False, restore_bridge=False, warm_up=False,
-                        first_chunk_tokens=30, max_chunk_tokens=60, quiet_window_s=0, backend=SPEECH_BACKEND)
-    engine, _ = build_engine(settings, read_budget())
+    settings = Settings(cache_dir=cache_dir, quiet_window_s=0, backend=SPEECH_BACKEND)
+    engine, _ = build_engine(settings, read_budget(), Options(in_process=True, warm_up=False))
+    engine.chunk_tokens = (30, 60, 60)  # small chunks: many joins
     engine.restore()
     try:
         plan = engine.plan(TEXT, "af_heart", 1.0)

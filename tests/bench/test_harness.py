@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from app.runtime.spec import SERVER
+from app.settings import Settings
 from app.sizing import CpuBudget
-from bench import configs, cost, figures, load, meter, report
+from bench import configs, cost, figures, load, meter, report, variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,15 +84,20 @@ def test_a_run_cut_short_before_its_checks_says_so() -> None:
     assert report._status(figures.summarize("ov-sized-8x2", record, results)).startswith("pass")
 
 
-def test_only_the_complete_system_has_cache_lifecycle_and_the_wide_session() -> None:
+def test_only_the_complete_system_has_cache_and_lifecycle_and_only_it_runs_as_the_server_does() -> None:
+    """The baselines run the model otherwise (`bench.variant`, never through a setting): every variable the harness
+    sets is a setting the server reads."""
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     for config in configs.all_configs(two):
         env = config.env(quiet_window_s=45.0, queue_size=32)
-        assert env["TTS_COMPILE_CACHE"] == ("1" if config.kind == "complete" else "0")
         assert env["TTS_QUIET_WINDOW_S"] == ("45.0" if config.kind == "complete" else "0")
-        assert env["TTS_RUNTIME_DEFAULTS"] == ("1" if config.kind == "defaults" else "0")
-        # The wide session is the complete system's (its default); a baseline measures its own form alone.
-        assert env.get("TTS_WIDE_CHUNK_TOKENS") == (None if config.kind == "complete" else "0")
+        options = variant.decode(env)
+        assert options.compile_cache is (config.kind == "complete")
+        assert options.runtime_defaults is (config.kind == "defaults")
+        assert options.shape_cache == (-1 if config.kind == "defaults" else 0)
+        assert (options == SERVER) is (config.kind == "complete")
+        assert variant.module_for(env) == ("app" if config.kind == "complete" else "bench.variant")
+        Settings.from_env(env)  # no removed variable among them
     assert [c.name for c in configs.select(configs.all_configs(two), ["complete"])] == ["ort-defaults", "complete"]
     with pytest.raises(ValueError, match="unknown"):
         configs.select(configs.all_configs(two), ["nope"])
@@ -226,13 +233,16 @@ def test_audio_is_credited_to_the_time_it_was_made_in() -> None:
 def test_latency_variants_and_report() -> None:
     from bench import latency
 
-    assert latency._variant("fifo") == ("fifo", latency.VARIANTS["fifo"])
-    assert latency._variant("small:TTS_FIRST_CHUNK_TOKENS=20,TTS_SCHEDULER=fifo") == (
-        "small", {"TTS_FIRST_CHUNK_TOKENS": "20", "TTS_SCHEDULER": "fifo"})
+    assert latency._variant("deadline") == ("deadline", {})
+    assert latency._variant("small:TTS_STREAMS=1,TTS_QUEUE_SIZE=2") == (
+        "small", {"TTS_STREAMS": "1", "TTS_QUEUE_SIZE": "2"})
     import argparse
 
     with pytest.raises(argparse.ArgumentTypeError):
         latency._variant("nope")
+    with pytest.raises(argparse.ArgumentTypeError, match="fifo needs @DIR"):
+        latency._variant("fifo")  # the old pool's switches are settings no more
+    assert latency._variant(f"fifo@{ROOT}") == ("fifo", {**latency.OLD_POOL, "checkout": str(ROOT)})
     # name@DIR: the server runs from another checkout (this one here), with or without settings.
     assert latency._variant(f"before@{ROOT}") == ("before", {"checkout": str(ROOT)})
     assert latency._variant(f"before@{ROOT}:TTS_X=1") == ("before", {"TTS_X": "1", "checkout": str(ROOT)})
@@ -249,8 +259,8 @@ def test_latency_variants_and_report() -> None:
     assert "| 2 | `deadline` | 0.30 | 0.90 | 0.10 | 1/9 | 1.90 (0.95 x)" in report
     # A client count run twice: each run its own rows, in the order run.
     results["run"]["clients"] = [2, 2]
-    for variant in results["variants"].values():
-        variant["levels"].append(dict(variant["levels"][0], first_audio_p50=0.5))
+    for one in results["variants"].values():
+        one["levels"].append(dict(one["levels"][0], first_audio_p50=0.5))
     rows = [line for line in latency.render(results).splitlines() if line.startswith("| 2 |")]
     assert [row.split(" | ")[2] for row in rows] == ["0.30", "0.30", "0.50", "0.50"]
 
@@ -284,10 +294,9 @@ def test_latency_variants_start_from_the_servers_own_defaults(tmp_path: Path) ->
     tuned = latency.server_env(config, {"TTS_BAKED_CACHE_DIR": "/tuned"}, model=model, cache_dir=cache)
     assert (tuned["TTS_BACKEND"], tuned["TTS_STREAMS"], tuned["TTS_THREADS_PER_STREAM"]) == ("auto", "0", "0")
     assert tuned["TTS_BAKED_CACHE_DIR"] == "/tuned" and tuned["TTS_CACHE_DIR"] == str(cache)
-    assert tuned["TTS_QUIET_WINDOW_S"] == "0" and "TTS_WIDE_CHUNK_TOKENS" not in tuned
-    forced = latency.server_env(config, {"TTS_BACKEND": "openvino", "TTS_STREAMS": "1", "TTS_WIDE_CHUNK_TOKENS": "0"},
-                                model=model, cache_dir=cache)
-    assert (forced["TTS_BACKEND"], forced["TTS_STREAMS"], forced["TTS_WIDE_CHUNK_TOKENS"]) == ("openvino", "1", "0")
+    assert tuned["TTS_QUIET_WINDOW_S"] == "0" and variant.OPTIONS not in tuned  # the server as it runs
+    forced = latency.server_env(config, {"TTS_BACKEND": "openvino", "TTS_STREAMS": "1"}, model=model, cache_dir=cache)
+    assert (forced["TTS_BACKEND"], forced["TTS_STREAMS"]) == ("openvino", "1")
 
 
 def test_a_quick_run_given_a_tuned_dir_serves_the_tuned_choice(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from lifecycle.pagecache import evict, resident_bytes
-from tests.conftest import LiveServer, live_server, until_primary
+from tests.conftest import LiveServer, live_server
 
 TEXT = "Released and restored, the voice must sound the same."
 ADMIN = {"Authorization": "Bearer admin-secret"}
@@ -40,6 +40,20 @@ def wait_for(server: LiveServer, state: str, timeout: float = 30) -> dict[str, o
             return snapshot
         time.sleep(0.1)
     raise AssertionError(f"state never became {state}: {lifecycle(server)}")
+
+
+def until_openvino(server: LiveServer, timeout_s: float = 180) -> dict[str, Any]:
+    """Keep the server busy until OpenVINO serves; returns ``/v1/info`` then. It loads behind the bridge, the first
+    time compiling into the module's cache, and on a loaded machine for longer than a short quiet window: left
+    idle, the server would release before it takes over, again and again."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found: dict[str, Any] = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+        if found["active_backend"] == "openvino" and not found["bridge_serving"]:
+            return found
+        assert time.monotonic() < deadline and not found["primary_error"], found
+        speak(server, "Warm up.")  # the window starts again (and a released server restores)
+        time.sleep(0.5)
 
 
 def mappers(path: Path) -> str:
@@ -74,9 +88,9 @@ def private_cache(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 def windowed(private_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """Quiet window of 3 s, OpenVINO only (no bridge), so restores are OpenVINO cache imports."""
-    with live_server(private_cache, tmp_path_factory.mktemp("logs"), quiet_window_s="3", restore_bridge="0",
-                     start_bridge="0",
+    """Quiet window of 3 s, OpenVINO (the untuned default), so restores are OpenVINO cache imports behind the
+    bridge."""
+    with live_server(private_cache, tmp_path_factory.mktemp("logs"), quiet_window_s="3", backend="openvino",
                      admin_token="admin-secret") as s:
         yield s
 
@@ -84,6 +98,7 @@ def windowed(private_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> I
 def test_release_after_the_window_frees_memory_and_page_cache_then_restores_same_audio(
         windowed: LiveServer, private_cache: Path) -> None:
     cache_dir = private_cache
+    until_openvino(windowed)
     warm_audio = speak(windowed)
     warm = lifecycle(windowed)
     assert warm["state"] == "warm"
@@ -101,9 +116,17 @@ def test_release_after_the_window_frees_memory_and_page_cache_then_restores_same
     for path in (blob, served, model):
         assert resident_bytes(path) < 0.05 * path.stat().st_size, f"{path} is still in the page cache ({mappers(path)})"
 
-    assert speak(windowed) == warm_audio  # identical audio after the restore
+    def by_bridge() -> int:
+        served: dict[str, int] = httpx.get(f"{windowed.url}/v1/info", timeout=10).json()["inferences_by_backend"]
+        return served.get("onnxruntime", 0)
+
+    before = by_bridge()
+    bridged = speak(windowed)  # the restore: the bridge serves while OpenVINO's compiled model is imported
+    assert by_bridge() > before  # the bridge spoke (another runtime, so not byte for byte)
+    assert abs(len(bridged) - len(warm_audio)) <= 0.01 * len(warm_audio)  # but the same length within 1 %
+    info = until_openvino(windowed)
+    assert speak(windowed) == warm_audio  # identical audio once the same form serves again
     assert cache_files(cache_dir) == files_before  # nothing was compiled again
-    info = httpx.get(f"{windowed.url}/v1/info").json()
     assert info["resolved"]["from_cache"] is True
     assert lifecycle(windowed)["transitions"]["restoring->warm"] >= 1  # type: ignore[index]
 
@@ -147,107 +170,11 @@ def test_bursts_at_the_release_moment_lose_and_truncate_nothing(windowed: LiveSe
     expected = len(speak(windowed, "Burst."))
     # Once at the window's edge (the burst lands as the release begins), once after it (the burst waits for
     # the restore). Hundreds of such moments run on a fake target in tests/lifecycle/test_manager.py; each
-    # cycle here costs a real restore (a new inference process, a cache import and its warm-up).
+    # cycle here costs a real restore (a new inference process, the bridge, a cache import and its warm-up).
+    # A restore's first requests may be the bridge's (ONNX Runtime on the same model): the same speech within
+    # the output check's tolerance, never a cut one.
     for cycle in range(2):
         wait_for(windowed, "released", timeout=20) if cycle % 2 else time.sleep(2.9)
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             sizes = list(pool.map(lambda _: len(speak(windowed, "Burst.")), range(3)))
-        assert sizes == [expected] * 3
-
-
-def test_the_primary_form_as_the_wide_session_serves_a_lone_request_and_returns_after_a_release(
-        cache_dir: Path, tmp_path: Path) -> None:
-    """``TTS_WIDE_FORM=primary``: OpenVINO's form compiled as one stream on both threads loads behind the primary,
-    serves a request alone (the bridge is dropped, not kept), is freed by a release and loads again after it."""
-    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret", backend="openvino",
-                     wide_form="primary") as server:
-        def loaded_times() -> int:
-            return server.log().count("wide session loaded: openvino, 1 stream of 2 threads")
-
-        def info() -> dict[str, Any]:
-            found: dict[str, Any] = httpx.get(f"{server.url}/v1/info").json()
-            return found
-
-        deadline = time.monotonic() + 180  # the primary and then the wide form load behind the bridge
-        while loaded_times() < 1:
-            assert time.monotonic() < deadline, server.log()[-3000:]
-            time.sleep(0.2)
-        before = info()
-        assert before["pool"]["wide_session"] is True and before["active_backend"] == "openvino"
-        wide_audio = speak(server)
-        after = info()
-        assert after["pool"]["granted"]["wide"] > before["pool"]["granted"]["wide"]
-        assert after["inferences_by_backend"].get("onnxruntime", 0) == before["inferences_by_backend"].get(
-            "onnxruntime", 0)  # not the bridge: OpenVINO's wide form
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # side by side: one stream each, not wide
-            narrow = list(pool.map(lambda _: speak(server), range(2)))
-        assert all(abs(len(a) - len(wide_audio)) < 0.05 * len(wide_audio) for a in narrow)
-
-        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
-        assert len(speak(server)) > 0  # the restore: on the bridge
-        while loaded_times() < 2:
-            assert time.monotonic() < deadline + 180, server.log()[-3000:]
-            time.sleep(0.2)
-        granted = info()["pool"]["granted"]["wide"]
-        assert abs(len(speak(server)) - len(wide_audio)) < 0.05 * len(wide_audio)
-        assert info()["pool"]["granted"]["wide"] > granted
-
-
-def test_a_released_bridge_is_held_open_and_serves_the_next_request_without_a_new_process(
-        cache_dir: Path, tmp_path: Path) -> None:
-    """``TTS_RELEASED_BRIDGE=1``: a release frees the primary and its process, then starts one process that opens the
-    bridge and holds it; the next request is served by that bridge (no process started for it), the primary takes
-    over behind it, and a standby that died while released is replaced by the restore as without one: a fresh
-    process whose bridge serves the first request before OpenVINO takes over again (the default restore)."""
-    import psutil
-
-    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret", wide_chunk_tokens="0",
-                     released_bridge="1") as server:
-        def started() -> int:
-            return server.log().count("inference process")
-
-        def children() -> list[psutil.Process]:
-            return psutil.Process(server.process.pid).children()
-
-        def served(name: str) -> int:
-            found: int = httpx.get(f"{server.url}/v1/info").json()["inferences_by_backend"].get(name, 0)
-            return found
-
-        warm_audio = speak(server)
-        [warm_child] = children()
-        begun = server.log().count("bridged load was begun")
-        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
-        assert "to hold the bridge while released" in server.log()
-        [standby] = children()
-        assert standby.pid != warm_child.pid and not warm_child.is_running()
-        deadline = time.monotonic() + 60
-        while "held for the next restore" not in server.log():
-            assert time.monotonic() < deadline, server.log()[-3000:]
-            time.sleep(0.1)
-        assert server.log().count("bridged load was begun") == begun  # not asked for yet: still released
-        assert lifecycle(server)["state"] == "released"
-        before, processes = served("onnxruntime"), started()
-        bridged = speak(server)
-        assert started() == processes  # no process was started for the restore
-        assert "the bridged load was begun while released, before the server asked" in server.log()
-        assert children() == [standby] and served("onnxruntime") > before
-        assert abs(len(bridged) - len(warm_audio)) < 0.1 * len(warm_audio)
-        until_primary(lambda: httpx.get(f"{server.url}/v1/info").json())
-        assert speak(server) == warm_audio  # the primary took over in the standby's process
-        assert children() == [standby]
-
-        assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
-        [second] = children()
-        second.kill()  # the standby dies while released: the restore starts a fresh process as without one
-        deadline = time.monotonic() + 30
-        while second.is_running() and second.status() != psutil.STATUS_ZOMBIE:  # the server reaps it at the restore
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        before, processes = served("onnxruntime"), started()
-        # ONNX Runtime on the same model: the same speech, within the output checks' tolerance.
-        assert abs(len(speak(server)) - len(warm_audio)) < 0.1 * len(warm_audio)
-        assert started() == processes + 1 and served("onnxruntime") > before
-        [fresh] = children()
-        assert fresh.pid != second.pid
-        until_primary(lambda: httpx.get(f"{server.url}/v1/info").json())
-        assert speak(server) == warm_audio
+        assert all(abs(size - expected) < 0.1 * expected for size in sizes), (sizes, expected)

@@ -10,7 +10,7 @@ the bridge serves on). And a load (first load or restore) fails once each time t
 The tests start it as ``python -m tests.reliability.faulty_app``.
 The model runs in the inference process (`app.runtime.proxy`), so the faults are injected
 there: the server starts ``tests.reliability.faulty_inference`` instead, which imports this
-module for the patch. With ``TTS_INFERENCE_PROCESS=0`` the patch here applies in process.
+module for the patch. In process (`app.runtime.spec.Options.in_process`) the patch here applies.
 """
 
 from __future__ import annotations

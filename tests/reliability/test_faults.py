@@ -124,8 +124,8 @@ def test_a_slow_reader_gets_all_its_audio_and_holds_up_nobody(faulty: LiveServer
 
 
 def test_sigterm_during_a_restore_finishes_the_request_then_exits_zero(cache_dir: Path, tmp_path: Path) -> None:
-    with live_server(cache_dir, tmp_path, quiet_window_s="0", restore_bridge="0", admin_token="t",
-                     shutdown_grace_s="60", backend=SPEECH_BACKEND) as server:
+    with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="t", shutdown_grace_s="60",
+                     backend=SPEECH_BACKEND) as server:
         expected = speak(server)
         assert httpx.post(f"{server.url}/v1/lifecycle/release", headers={"Authorization": "Bearer t"},
                           timeout=60).status_code == 200
@@ -141,6 +141,29 @@ def test_sigterm_during_a_restore_finishes_the_request_then_exits_zero(cache_dir
         assert result["r"].status_code == 200 and result["r"].content == expected
         assert server.process.wait(60) == 0
         assert "draining" in server.log()
+
+
+@pytest.mark.parametrize("grace", ["0", "0.5"])
+def test_a_grace_of_zero_or_a_fraction_cuts_the_streams_in_flight_that_soon(cache_dir: Path, tmp_path: Path,
+                                                                           grace: str) -> None:
+    """``TTS_SHUTDOWN_GRACE_S`` 0 is no grace and 0.5 half a second (both were an unbounded drain once): a stream
+    whose every chunk takes 3 s (speed 1.75) is cut, and the server exits, long before it would have finished."""
+    text = " ".join(f"Sentence number {i} of a stream that the shutdown must cut short." for i in range(4))
+    with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0",
+                     shutdown_grace_s=grace, backend=SPEECH_BACKEND) as server:
+        with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=120,
+                          json={"input": text, "voice": "af_heart", "response_format": "pcm", "speed": 1.75,
+                                "stream": True}) as response:
+            chunks = response.iter_raw()
+            received = len(next(chunks))  # the first chunk: 3 s; at least three more to come, 3 s each
+            server.process.send_signal(signal.SIGTERM)
+            signalled = time.monotonic()
+            with pytest.raises(httpx.HTTPError):  # cut: the chunked body never ends
+                for chunk in chunks:
+                    received += len(chunk)
+        assert server.process.wait(30) == 0
+        assert time.monotonic() - signalled < 6, "the stream was drained, not cut"
+        assert f"(grace {float(grace):g} s)" in server.log()
 
 
 def test_a_missing_model_file_stops_the_start_naming_the_file(tmp_path: Path) -> None:

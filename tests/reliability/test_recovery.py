@@ -1,5 +1,5 @@
 """Recovery without traffic, on real servers: a restore that failed once comes back by itself, and a model
-that stays broken turns liveness off within the documented time (``TTS_RECOVERY_*``)."""
+that stays broken turns liveness off within the documented time (``TTS_RECOVERY_ATTEMPTS``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from bench.server import free_port, launch
+from lifecycle.manager import BACKOFF_S
 from tests.conftest import ROOT, SPEECH_BACKEND, live_server, stop
 
 TEXT = "Back again, with nobody asking."
@@ -24,9 +25,9 @@ def test_a_restore_that_failed_once_is_ready_again_with_no_traffic(cache_dir: Pa
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     marker = tmp_path / "fail-next-load"
     monkeypatch.setenv("FAULT_LOAD_FAILS_FILE", str(marker))  # inherited by the server and its inference process
-    # restore_bridge=0: the restore loads the primary again, so its audio is the warm audio exactly.
+    # On ONNX Runtime the restore loads the same form again, so its audio is the warm audio exactly.
     with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0",
-                     restore_bridge="0", admin_token="t", recovery_backoff_s="1", backend=SPEECH_BACKEND) as server:
+                     admin_token="t", backend=SPEECH_BACKEND) as server:
         expected = post(server.url)
         assert expected.status_code == 200
         assert httpx.post(f"{server.url}/v1/lifecycle/release", headers={"Authorization": "Bearer t"},
@@ -44,19 +45,19 @@ def test_a_restore_that_failed_once_is_ready_again_with_no_traffic(cache_dir: Pa
         assert again.status_code == 200 and again.content == expected.content
         lifecycle = httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()
         assert lifecycle["transitions"]["failed->restoring"] == 1 and lifecycle["failures_in_a_row"] == 0
-        assert "retrying in 1.0 s" in server.log()
+        assert f"retrying in {BACKOFF_S:.1f} s" in server.log()
 
 
 def test_a_model_file_that_stays_broken_turns_liveness_off_in_the_documented_time(tmp_path: Path) -> None:
     model = tmp_path / "model.onnx"
     model.write_bytes(b"not an onnx model" * 1000)
-    backoff, attempts = 0.2, 3
-    waits = sum(backoff * 2 ** i for i in range(attempts - 1))  # as TTS_RECOVERY_ATTEMPTS documents it
+    attempts = 2
+    waits = sum(BACKOFF_S * 2 ** i for i in range(attempts - 1))  # as TTS_RECOVERY_ATTEMPTS documents it
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "server.log"
     env = {"TTS_CACHE_DIR": str(tmp_path / "cache"), "TTS_MODEL_PATH": str(model), "TTS_BACKEND": "onnxruntime",
-           "TTS_RECOVERY_BACKOFF_S": str(backoff), "TTS_RECOVERY_ATTEMPTS": str(attempts), "TTS_QUIET_WINDOW_S": "0"}
+           "TTS_RECOVERY_ATTEMPTS": str(attempts), "TTS_QUIET_WINDOW_S": "0"}
     process = launch(env, port, log_path, cwd=ROOT)
     try:
         deadline = time.monotonic() + 60

@@ -9,12 +9,13 @@ import sys
 
 import app.http.server
 from app.engine import Engine
+from app.runtime.spec import Options
 from app.settings import Settings
 from app.sizing import CpuBudget, PoolShape, shape_for
 from tests.app.http.fake import fake_engine
 
 
-def _build(settings: Settings, budget: CpuBudget) -> tuple[Engine, PoolShape]:
+def _build(settings: Settings, budget: CpuBudget, options: Options) -> tuple[Engine, PoolShape]:
     return fake_engine(settings), shape_for(budget, settings.streams or 1, settings.threads_per_stream)
 
 
@@ -23,4 +24,4 @@ app.http.server.build_engine = _build  # type: ignore[assignment]
 if __name__ == "__main__":
     from app.__main__ import main
 
-    sys.exit(main())
+    sys.exit(main(None, Options(in_process=True)))  # no inference process: no model

@@ -7,6 +7,10 @@ from pathlib import Path
 from app.runtime.backends.base import Backend
 from app.sizing import PoolShape
 
+BRIDGE_SPIN_US = 50
+"""Microseconds the bridge's threads spin for their next piece of work before they sleep: a lone request's chunk on
+all threads ran 11-18 % faster at the same CPU time on the Xeon with AMX (bench/results/spin-20261204)."""
+
 
 def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
            cache_dir: Path | None, fallback_cache_dir: Path | None = None, shape_cache: int = 0,
@@ -29,7 +33,7 @@ def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: b
 
 
 def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None,
-           baked_optimized_dir: Path | None = None, spin_us: int = 0) -> Backend:
+           baked_optimized_dir: Path | None = None, spin_us: int = BRIDGE_SPIN_US) -> Backend:
     """The restore bridge: one ONNX Runtime session shared by all slots, with all the budget's
     threads (the first request after a restore runs alone), opened in about 0.4 s from the graph
     optimized at its first open (kept in ``optimized_dir``) or at the image build (``baked_optimized_dir``); its

@@ -53,9 +53,7 @@ class Backend(Protocol):
 
     `load` and `unload` are called by one thread at a time, never while `infer` runs (the
     lifecycle guarantees that). `infer` is called from worker threads, at most one call per slot
-    at a time, and returns a fresh array the caller owns. A slot at or beyond `Resolved.slots` is the pool's express
-    lane (`app.pool`): it runs concurrently with the others, on one of the backend's sessions where those run
-    concurrent calls (ONNX Runtime), else on state of its own.
+    at a time, and returns a fresh array the caller owns. Slots are ``0 .. Resolved.slots - 1``.
     """
 
     name: str

@@ -42,15 +42,15 @@ from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
 
-SPIN_NOTE = """Why the shared session (the bridge, kept as the wide session) spins for a bounded time: between the
+SPIN_NOTE = """Why the shared session (the bridge) spins for a bounded time: between the
 graph's thousands of small parallel sections, a worker that sleeps at once is woken through the kernel each time. On the
 Xeon with AMX (2 vCPUs, convgemm form, 2 threads, one inference at a time, interleaved; bench/results/
 spin-20261204) a 50 µs spin made 14-40-token chunks 11-18 % faster in wall time at the same or less CPU time
 (sleeping and waking costs CPU too); unbounded spinning was as fast but took 12-17 % more CPU. Two inferences at
 once on the same 2-thread session (the bridge serving both slots on 2 vCPUs: three threads for two CPUs) made 5 %
-less audio per second with the spin: it pays where the session runs alone, as the wide session does (every slot
-held for it) and as a restore's first request does. The pool's one-thread streams have no workers to spin;
-multi-thread streams (8 x 2 on 32 vCPUs) keep sleeping at once, not measured."""
+less audio per second with the spin: it pays where the session runs alone, as a restore's first request does.
+The pool's one-thread streams have no workers to spin; multi-thread streams (8 x 2 on 32 vCPUs) keep sleeping at
+once, not measured."""
 
 
 class OnnxRuntimeBackend:
@@ -72,14 +72,13 @@ class OnnxRuntimeBackend:
         """Save the graph with its packed weights; not into a file system held in memory (a container's tmpfs
         /tmp), where the data file would be memory the container is billed."""
         self.pack_at_open = pack_at_open
-        """Let the kernels pack the weights of a saved graph as it opens (see `repack`); False opens it without
-        (ONNX Runtime's ``session.disable_prepacking``): a bridge that must serve at once opens faster. Read at
-        each `load` (`app.runtime.local` sets it per load)."""
+        """Let the kernels pack the weights of a saved graph as it opens; False opens it without (ONNX Runtime's
+        ``session.disable_prepacking``): a bridge that must serve at once opens faster (0.06-0.07 s instead of
+        0.16-0.21 s), and runs 4-10 % slower (bench/results/restore-unpacked-20261204). Read at each `load`
+        (`app.runtime.local` sets it per load)."""
         self.spin_us = spin_us if shared else 0
         """The shared session's intra-op workers spin for at most this many microseconds for the next piece of work
         before they sleep (``session.intra_op.spin_duration_us``); 0: they sleep at once. See `SPIN_NOTE`."""
-        self._unpacked = False
-        """The sessions were opened from a saved graph without packing its weights (`repack` packs them)."""
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
@@ -104,10 +103,9 @@ class OnnxRuntimeBackend:
             session = self._sized_session(ort, self._shape.threads)
             self._sessions = [session] * self._shape.streams
             streams, threads = 1, self._shape.threads
-            # Kept beside the primary as the wide session (app.runtime.local), the bridge is idle most of the time,
-            # and its arena held the activations of its longest run: +216 MB after four runs of 30-120 tokens,
+            # The bridge's arena held the activations of its longest run: +216 MB after four runs of 30-120 tokens,
             # +26 MB with the arena shrunk after each run, at the same speed (1.006 x the time, interleaved on
-            # one session; the container's warm memory had grown by 275 MB with the bridge kept).
+            # one session).
             self._run_options = ort.RunOptions()
             self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         else:
@@ -159,7 +157,6 @@ class OnnxRuntimeBackend:
             try:
                 session = ort.InferenceSession(str(saved), sess_options=opts, providers=providers)
                 self._opened = saved
-                self._unpacked = not packed
                 return session
             except Exception as exc:  # damaged or foreign: optimize again from the model below
                 log.warning("could not open the optimized graph %s (%s); optimizing the model again", saved,
@@ -225,22 +222,6 @@ class OnnxRuntimeBackend:
             return f"{stem}-{cpu.flags_digest()}.packed.onnx"
         return f"{stem}.onnx"
 
-    def repack(self) -> bool:
-        """Open the shared session again with its weights packed, and serve with it from the next inference (the one
-        it replaces ends with its last inference): for a bridge opened unpacked to serve a restore's request at once
-        (``pack_at_open`` False) that is then kept as the wide session. False where there is nothing to pack.
-
-        Unpacked, a saved graph opens in 0.06-0.07 s instead of 0.16-0.21 s, its first inference costs about as
-        much more as a packed one, and later ones run 4-10 % slower (convgemm form, 2 threads, Xeon with AMX,
-        2026-12-04: bench/results/restore-unpacked-20261204)."""
-        if not (self._unpacked and self._shared and self._sessions):
-            return False
-        import onnxruntime as ort
-
-        session = self._sized_session(ort, self._shape.threads, pack=True)
-        self._sessions = [session] * len(self._sessions)
-        return True
-
     def spinning_us(self) -> int:
         """How long the open sessions' intra-op workers spin before they sleep, as the sessions were opened (0: they
         sleep at once, or nothing is open)."""
@@ -253,7 +234,6 @@ class OnnxRuntimeBackend:
 
     def unload(self) -> None:
         self._sessions = []
-        self._unpacked = False
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
@@ -262,9 +242,7 @@ class OnnxRuntimeBackend:
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
         feed = {"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)}
-        # A slot beyond the sessions (the pool's express lane) runs on one of them, concurrently with its own slot's
-        # call: a session's ``run`` is thread-safe, and a one-thread session runs each call on its caller's thread.
-        found = self._sessions[slot % len(self._sessions)].run(self._outputs, feed, self._run_options)
+        found = self._sessions[slot].run(self._outputs, feed, self._run_options)
         durations = np.asarray(found[1], dtype=np.int64).reshape(-1) if len(found) > 1 else None
         return Inference(np.asarray(found[0], dtype=np.float32).reshape(-1), durations)
 

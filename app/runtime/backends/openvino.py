@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,6 @@ class OpenVinoBackend:
         self._core: Any = None
         self._compiled: Any = None
         self._requests: list[Any] = []
-        self._extra: dict[int, Any] = {}
-        """Infer requests of slots beyond the streams (`_extra_request`), made when first asked for."""
-        self._extra_lock = threading.Lock()
         self._timed = False
         """Whether the model outputs the per-token durations (its second output, `app.runtime.timed`)."""
 
@@ -122,16 +118,7 @@ class OpenVinoBackend:
             return core, compiled
         raise AssertionError("unreachable: the uncached attempt re-raises")
 
-    def _extra_request(self, slot: int) -> Any:
-        """An infer request of its own for a slot beyond the streams (the pool's express lane, should OpenVINO serve
-        it): OpenVINO's executor queues its call until a stream is free."""
-        with self._extra_lock:
-            if slot not in self._extra:
-                self._extra[slot] = self._compiled.create_infer_request()
-            return self._extra[slot]
-
     def unload(self) -> None:
-        self._extra = {}
         self._requests = []
         self._compiled = None
         self._core = None
@@ -142,7 +129,7 @@ class OpenVinoBackend:
 
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
-        request = self._requests[slot] if slot < len(self._requests) else self._extra_request(slot)
+        request = self._requests[slot]
         request.infer({"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)})
         # The output tensors are the request's own buffers, reused by its next inference: copy them.
         audio = np.array(request.get_output_tensor(0).data, dtype=np.float32).reshape(-1)

@@ -52,10 +52,6 @@ class FakeRuntime:
         return False
 
     @property
-    def has_wide(self) -> bool:
-        return False
-
-    @property
     def bridge_serving(self) -> bool:
         return False
 
@@ -107,9 +103,6 @@ class FakeFrontend:
         self.loaded = True
         return 0.0
 
-    def unload(self) -> None:
-        self.loaded = False
-
     def release_languages(self) -> None:
         pass
 
@@ -127,7 +120,7 @@ class FakeFrontend:
     def phonemize(self, text: str, lang: str) -> str:
         return " ".join(text.split())
 
-    def phonemize_words(self, text: str, lang: str, *, quick: bool = False) -> tuple[str, list[words.Word]]:
+    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
         phonemes = self.phonemize(text, lang)
         return phonemes, words.of_phonemes(phonemes)
 
@@ -140,6 +133,4 @@ def fake_engine(settings: Settings, *, queue: int | None = None, timed: bool = T
     runtime = FakeRuntime(streams)
     runtime.timed = timed
     return Engine(runtime, StreamPool(streams, queue), FakeFrontend(),  # type: ignore[arg-type]
-                  VoiceBank.load(None), Vocab.embedded(), default_lang=settings.lang,
-                  first_chunk_tokens=settings.first_chunk_tokens, max_chunk_tokens=settings.max_chunk_tokens,
-                  release_frontend=settings.release_frontend, timestamps=timed)
+                  VoiceBank.load(None), Vocab.embedded(), default_lang=settings.lang, timestamps=timed)

@@ -75,24 +75,25 @@ def test_faster_speech_has_proportionally_earlier_words(server: LiveServer, whol
     assert 1 / 1.5 * 0.85 < ratio < 1 / 1.5 * 1.15  # the speed is in the model's durations
 
 
-def test_the_default_chunking_under_load_loses_no_word(cache_dir: Path, tmp_path: Path) -> None:
-    """The defaults cut chunks where the load allows (slack-sized later chunks once the pool has priced its
-    speed, a 12-token first chunk for a request alone, 20 beside others): requests alone and side by side still
-    speak every word once, in order, with times that fit their audio."""
+def test_under_load_every_word_is_heard_with_the_same_audio_and_times_as_alone(cache_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    """Chunks depend on the text alone: requests side by side (queued behind one stream) get the audio and the word
+    times a request alone gets, every word once, in order, with times that fit their audio."""
     import concurrent.futures
 
-    with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0", streams="1",
-                     slack_chunks="1", lone_first_chunk_tokens="12") as server:
-        alone = captioned(server, stream=False, response_format="wav")  # the pool idle: the lone first chunk
+    with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0", streams="1") as server:
+        alone = captioned(server, stream=False, response_format="wav")
         with concurrent.futures.ThreadPoolExecutor(3) as pool:
             side_by_side = list(pool.map(lambda _: captioned(server, stream=False, response_format="wav"), range(3)))
         info = httpx.get(f"{server.url}/v1/info", timeout=10).json()
-    for response in [alone, *side_by_side]:
+    assert alone.status_code == 200, alone.text
+    body = alone.json()
+    audio, rate = sf.read(io.BytesIO(base64.b64decode(body["audio"])))
+    check_times(body["timestamps"], len(audio) / rate)
+    for response in side_by_side:
         assert response.status_code == 200, response.text
-        body = response.json()
-        audio, rate = sf.read(io.BytesIO(base64.b64decode(body["audio"])))
-        check_times(body["timestamps"], len(audio) / rate)
-    assert info["settings"]["slack_chunks"] is True and info["pool"]["granted"]["later"] >= 4
+        assert response.json() == body
+    assert info["pool"]["granted"]["later"] >= 4
 
 
 @pytest.fixture(scope="module")

@@ -229,12 +229,10 @@ class RestoreWatch:
         runtime.load_primary, frontend.phonemize_words = slow_load, watched
 
 
-@pytest.mark.parametrize("release_frontend", [False, True])
-def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: Path, release_frontend: bool) -> None:
+def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: Path) -> None:
     """After a release the front end's pages come back from disk (0.05 s of a 0.6 s restore): the request is planned
-    beside the restore, unless the release let the front end go too (then it loads in the restore)."""
-    settings = Settings(cache_dir=tmp_path, admin_token="4dmin", release_frontend=release_frontend,
-                        **SETTINGS)  # type: ignore[arg-type]
+    beside the restore (a release keeps the front end loaded)."""
+    settings = Settings(cache_dir=tmp_path, admin_token="4dmin", **SETTINGS)  # type: ignore[arg-type]
     engine = fake_engine(settings)
     watch = RestoreWatch(engine)
     body = {"input": "hello there", "voice": "af_heart", "response_format": "pcm"}
@@ -245,7 +243,7 @@ def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: P
         spoken = client.post("/v1/audio/speech", json=body)
         assert spoken.status_code == 200 and len(spoken.content) == 2 * len("hello there") * SAMPLES_PER_TOKEN
         # Beside the restore: before its load has finished; else after it.
-        assert watch.phonemized_after_loads == [1, 2 if release_frontend else 1]
+        assert watch.phonemized_after_loads == [1, 1]
         # Bad requests sent to a released server: a clean 400 each, before admission, and nothing is restored.
         assert client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer 4dmin"}).json()["released"]
         for bad, param in (({"speed": 9}, "speed"), ({"voice": "nobody"}, "voice"), ({"lang_code": "xx"}, "lang_code")):

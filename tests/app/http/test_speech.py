@@ -27,9 +27,7 @@ tests stream both through each encoder."""
 
 @pytest.fixture(scope="module")
 def client(cache_dir: Path) -> Iterator[TestClient]:
-    # Chunks cut by the text alone (as tests/conftest.py's live servers): the format tests compare lengths.
-    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0, backend=SPEECH_BACKEND,
-                        lone_first_chunk_tokens=0)
+    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0, backend=SPEECH_BACKEND)
     with TestClient(create_app(settings)) as c:
         until_primary(lambda: c.get("/v1/info").json())  # the same audio every time: the primary's, not a bridge's
         yield c
@@ -61,7 +59,7 @@ def test_length_grows_with_text(client: TestClient) -> None:
 
 def test_same_request_same_audio_twice_and_under_concurrency(client: TestClient) -> None:
     # The short sentence: one chunk either way, and a third of the time of the longer one.
-    reference = speak(client, SHORT)  # alone: on the wide session (both threads on one inference)
+    reference = speak(client, SHORT)
     assert np.array_equal(reference, speak(client, SHORT))
     before = client.get("/v1/info").json()["pool"]["granted"]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -69,26 +67,7 @@ def test_same_request_same_audio_twice_and_under_concurrency(client: TestClient)
     for audio in results:
         assert np.array_equal(reference, audio)
     after = client.get("/v1/info").json()["pool"]["granted"]
-    # One of the two ran wide, the other waited for it and ran on a one-thread stream: the same samples.
-    assert after["wide"] - before["wide"] == 1 and after["first"] - before["first"] == 2, (before, after)
-
-
-def test_the_wide_session_is_measured_on_lone_later_chunks_then_decided(cache_dir: Path) -> None:
-    """``TTS_WIDE_TRIALS``: a lone request's later chunks try the wide session, then one stream; from then on the
-    faster serves lone chunks (the 16-vCPU Xeon's bridge on 16 threads was the slower:
-    bench/results/device-20261204-xeon16-8x2). Which one wins on this CPU is not asserted: both are measured."""
-    settings = Settings(cache_dir=cache_dir, quiet_window_s=0, backend=SPEECH_BACKEND, wide_trials=1)
-    with TestClient(create_app(settings)) as c:
-        until_primary(lambda: c.get("/v1/info").json())
-        assert c.get("/v1/info").json()["pool"]["wide"] == {
-            "state": "measuring", "trials": 1, "seconds_per_audio_s": None, "stream_alone_seconds_per_audio_s": None}
-        for _ in range(3):  # "Hello there." first, the rest in later chunks, each finding the pool idle
-            assert len(speak(c, "Hello there. One, two, three, four and five.")) > 0
-        wide = c.get("/v1/info").json()["pool"]["wide"]
-        assert wide["state"] in ("on", "off"), wide
-        # Priced per audio-second the model made: a real inference runs at a fraction of a second per second (more
-        # than 0.01), where per token the figures would be near 0.05.
-        assert 0.01 < wide["seconds_per_audio_s"] < 5 and 0.01 < wide["stream_alone_seconds_per_audio_s"] < 5, wide
+    assert after["first"] - before["first"] == 2, (before, after)
 
 
 def test_speed_shortens_audio(client: TestClient) -> None:

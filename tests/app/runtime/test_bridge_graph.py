@@ -53,37 +53,30 @@ def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_pa
     assert np.array_equal(speak(second), reference)
 
 
-def test_a_bridge_opened_unpacked_speaks_within_the_output_check_and_repacks_to_the_same_audio(
-        model: Path, tmp_path: Path) -> None:
+def test_a_bridge_opened_unpacked_speaks_within_the_output_check(model: Path, tmp_path: Path) -> None:
     """``pack_at_open=False`` (the restore bridge: `app.runtime.backends.bridge`) opens the saved graph without packing
-    its weights (their layout differs, so the audio is not bit-identical, but as close to the reference); `repack`
-    then serves with the packed weights, whose audio is the saved graph's own."""
+    its weights (their layout differs, so the audio is not bit-identical, but as close to the reference)."""
     from app.runtime.outputcheck import THRESHOLDS, mel_distance
 
     plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
     plain.load()
     reference = speak(plain)
     OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path).load()
-    assert not OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True).repack()
 
     bridge = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path,
                                 pack_at_open=False)
-    assert not bridge.repack()  # nothing opened yet
     bridge.load()
     unpacked = speak(bridge)
     assert abs(len(unpacked) - len(reference)) <= 2400
     assert mel_distance(reference, unpacked) < THRESHOLDS.max_mel_distance / 2
-    assert bridge.repack()
-    assert np.array_equal(speak(bridge), reference)
-    assert not bridge.repack()  # packed already
     bridge.unload()
-    assert not bridge.loaded and not bridge.repack()
+    assert not bridge.loaded
 
 
 def test_the_bridge_spins_for_a_bounded_time_and_the_streams_do_not(model: Path, tmp_path: Path) -> None:
-    """``TTS_BRIDGE_SPIN_US``: the bridge's shared session (kept as the wide session) spins at most that long, opened
-    packed or not and after `repack`; the pool's sized streams sleep at once whatever they are given; 0 turns the
-    spin off. The spun session's audio is the same audio."""
+    """`app.runtime.backends.BRIDGE_SPIN_US`: the bridge's shared session spins at most that long; the pool's sized
+    streams sleep at once whatever they are given; 0 turns the spin off. The spun session's audio is the same
+    audio."""
     from app.runtime import backends
 
     plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
@@ -91,11 +84,11 @@ def test_the_bridge_spins_for_a_bounded_time_and_the_streams_do_not(model: Path,
     assert plain.spinning_us() == 0
     reference = speak(plain)
 
-    bridge = backends.bridge(model, PoolShape(2, 1), tmp_path, spin_us=50)
+    bridge = backends.bridge(model, PoolShape(2, 1), tmp_path)
     assert isinstance(bridge, OnnxRuntimeBackend) and bridge.spinning_us() == 0  # nothing open yet
+    bridge.pack_at_open = True
     bridge.load()
-    assert bridge.spinning_us() == 50
-    assert bridge.repack() and bridge.spinning_us() == 50
+    assert bridge.spinning_us() == backends.BRIDGE_SPIN_US == 50
     assert np.array_equal(speak(bridge), reference)
 
     off = backends.bridge(model, PoolShape(2, 1), tmp_path, spin_us=0)

@@ -116,21 +116,6 @@ def test_the_tuner_measures_onnxruntime_on_the_convgemm_form_at_every_shape() ->
     assert forms.CONVGEMM in forms.ONNXRUNTIME_ONLY and forms.CONVGEMM not in forms.OPENVINO_ONLY
 
 
-def test_the_wide_session_compares_the_bridge_on_the_served_form() -> None:
-    """The bridge runs the convgemm form when the primary does (`app.served`): its figure is that form's 1 x 2."""
-    choice = tuning.Candidate("onnxruntime", "f32", 2, 1, form=forms.CONVGEMM)
-    table = [{"backend": "onnxruntime", "form": "convgemm", "precision": "f32", "streams": 2,
-              "threads_per_stream": 1, "throughput": 3.0},
-             {"backend": "onnxruntime", "form": "convgemm", "precision": "f32", "streams": 1,
-              "threads_per_stream": 2, "throughput": 2.3},
-             {"backend": "onnxruntime", "form": "onnx", "precision": "f32", "streams": 1,
-              "threads_per_stream": 2, "throughput": 1.2}]
-    form, why = tuning.wide_choice(choice, table)
-    assert form == "bridge" and "bridge (onnxruntime convgemm 1 x 2) 2.30" in why
-    table[1]["throughput"] = 1.4  # slower than one stream (1.5): off
-    assert tuning.wide_choice(choice, table)[0] == ""
-
-
 @pytest.fixture(scope="module")
 def baked_form(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """A baked cache directory holding the convgemm form made for real from the model the server serves (its timed
@@ -197,22 +182,23 @@ def test_a_bridge_form_measured_faster_is_found_where_it_was_made_else_the_bridg
 
 def test_a_server_whose_tuning_run_found_the_form_faster_on_all_threads_bridges_with_it(
         cache_dir: Path, tmp_path: Path, baked_form: tuple[Path, Path, str]) -> None:
-    """Served by ONNX Runtime on the file as shipped (2 x 1), whose tuning run measured the convgemm form faster as one
-    session on both threads: the bridge opens the form (made and baked), serves the first requests, and stays as the
-    wide session that a request alone runs on."""
+    """Served by OpenVINO on the file as shipped (2 x 1), whose tuning run measured ONNX Runtime on the convgemm form
+    faster as one session on both threads: the bridge opens the form (made and baked) and serves the first requests
+    while OpenVINO loads."""
     import httpx
 
     from app.sizing import read_budget
     from tests.conftest import live_server
 
     baked, made, digest = baked_form
-    ort_2x1 = tuning.Candidate("onnxruntime", "f32", 2, 1)
-    table = [{"backend": "onnxruntime", "form": form, "precision": "f32", "streams": streams,
+    ov_2x1 = tuning.Candidate("openvino", "f32", 2, 1)
+    table = [{"backend": backend, "form": form, "precision": "f32", "streams": streams,
               "threads_per_stream": threads, "throughput": throughput, "error": ""}
-             for form, streams, threads, throughput in (("onnx", 2, 1, 5.0), ("onnx", 1, 2, 2.0),
-                                                         ("convgemm", 1, 2, 3.0))]
+             for backend, form, streams, threads, throughput in (
+                 ("openvino", "onnx", 2, 1, 5.0), ("onnxruntime", "onnx", 1, 2, 2.0),
+                 ("onnxruntime", "convgemm", 1, 2, 3.0))]
     here = tuning.TuneKey.here(read_budget().cpus, digest)
-    tuning.write(baked, tuning.Manifest(key=here, choice=ort_2x1, why="ort 2 x 1", table=table))
+    tuning.write(baked, tuning.Manifest(key=here, choice=ov_2x1, why="ov 2 x 1", table=table))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
                               json={"input": "The bridge runs the faster form.", "voice": "af_heart",
@@ -223,4 +209,23 @@ def test_a_server_whose_tuning_run_found_the_form_faster_on_all_threads_bridges_
     assert info["engine"]["bridge_form"] == "convgemm" and "convgemm 3.00" in info["engine"]["bridge"]
     assert "engine: the bridge runs the convgemm form" in log
     assert "bridge ready: " in log and f"'model': '{made}'" in log.split("bridge ready: ")[1].splitlines()[0]
-    assert info["pool"]["wide_session"] is True and info["pool"]["granted"]["wide"] >= 1
+    assert info["active_backend"] == "openvino" and not info["bridge_serving"]
+
+
+def test_an_onnx_runtime_primary_has_no_bridge_whatever_its_tuning_run_measured(tmp_path: Path) -> None:
+    """Its first requests after a start or a restore are made by the same form as every later one."""
+    from app.runtime.spec import Options, Spec
+
+    table = [{"backend": "onnxruntime", "form": form, "precision": "f32", "streams": streams, "threads_per_stream":
+              threads, "throughput": throughput, "error": ""}
+             for form, streams, threads, throughput in (("onnx", 2, 1, 5.0), ("onnx", 1, 2, 2.0),
+                                                         ("convgemm", 1, 2, 3.0))]
+    here = tuning.TuneKey.here(2, "ab" * 32)
+    for backend, bridged in (("onnxruntime", False), ("openvino", True)):
+        tuning.write(tmp_path, tuning.Manifest(key=here, choice=tuning.Candidate(backend, "f32", 2, 1), why="",
+                                               table=table))
+        settings, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+        assert (choice.bridge_form == "convgemm") is bridged
+        spec = Spec(settings, Path("m.onnx"), PoolShape(2, 1), tmp_path)
+        assert spec.has_bridge is bridged
+        assert not dataclasses.replace(spec, options=Options(bridge=False)).has_bridge

@@ -146,8 +146,8 @@ def test_a_derived_form_has_a_compile_cache_of_its_own(tmp_path: Path, counting:
     source.write_bytes(b"0123456789")
     made = forms.path(forms.IR, source, tmp_path, modelfile.expected_sha256())
     settings = Settings(cache_dir=tmp_path, backend="openvino")
-    directory = spec._compile_cache(settings, made, tmp_path)
-    shipped = spec._compile_cache(settings, source, tmp_path)
+    directory = spec._compile_cache(settings, spec.SERVER, made, tmp_path)
+    shipped = spec._compile_cache(settings, spec.SERVER, source, tmp_path)
     assert directory is not None and shipped is not None
     digest = forms.digest(made)
     assert digest is not None and digest[:16] in directory.name

@@ -9,7 +9,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
 import numpy.typing as npt
@@ -17,8 +16,7 @@ import pytest
 
 from app.runtime.backends.base import Inference, Resolved
 from app.runtime.local import LocalRuntime
-from app.runtime.protocol import WIDE
-from app.runtime.spec import Spec
+from app.runtime.spec import Options, Spec
 from app.settings import Settings
 from app.sizing import PoolShape
 
@@ -125,32 +123,6 @@ def test_at_a_restore_the_primary_waits_for_the_bridge_to_serve_first() -> None:
     runtime.unload()
 
 
-def test_a_held_bridge_loads_the_primary_only_once_claimed_and_then_served() -> None:
-    """A standby while released (``TTS_RELEASED_BRIDGE``): the bridge opens at once, the primary neither with time
-    (no `PRIMARY_WAIT_S` fallback) nor on a warm-up; once claimed it waits for the bridge's first inference."""
-    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
-    runtime = LocalRuntime(primary, bridge)
-    with mock.patch("app.runtime.local.PRIMARY_WAIT_S", 0.05):
-        runtime.load_bridged(wait_for_request=True, hold=True)
-        time.sleep(0.3)
-        assert bridge.loaded and not primary.loaded and runtime.active_name == "onnxruntime"
-        runtime.claim()
-        time.sleep(0.02)
-        assert not primary.loaded  # claimed, not yet served: the request's inference comes first
-        assert runtime.infer_named(0, tokens(5), STYLE, 1.0)[1] == "onnxruntime"
-        wait_until(lambda: runtime.active_name == "openvino")
-    runtime.unload()
-    assert not primary.loaded and not bridge.loaded
-
-
-def test_a_held_bridge_released_again_loads_nothing_more() -> None:
-    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
-    runtime = LocalRuntime(primary, bridge)
-    runtime.load_bridged(wait_for_request=True, hold=True)
-    runtime.unload()  # joins the held loader at once
-    assert not primary.loaded and not bridge.loaded
-
-
 def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
         caplog: pytest.LogCaptureFixture) -> None:
     primary, bridge = Backend("openvino", 1.0, fail_load=True), Backend("onnxruntime", 2.0)
@@ -174,16 +146,17 @@ def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
     assert runtime.primary_error is None and runtime.active_name == "openvino"
 
 
-@pytest.mark.parametrize(("settings", "streams", "bridged"), [
-    (Settings(backend="openvino"), 2, True),
-    (Settings(backend="openvino"), 1, True),
-    (Settings(backend="onnxruntime"), 2, True),  # one session of 2 threads before two of 1
-    (Settings(backend="onnxruntime"), 1, False),  # the bridge would be the primary again
-    (Settings(backend="onnxruntime", runtime_defaults=True), 2, False),  # one shared session already
-    (Settings(backend="openvino", restore_bridge=False), 2, False),
+@pytest.mark.parametrize(("backend", "streams", "options", "bridged"), [
+    ("openvino", 2, Options(), True),
+    ("openvino", 1, Options(), True),
+    ("onnxruntime", 2, Options(), False),  # its first requests are made by the same form as the later ones
+    ("onnxruntime", 1, Options(), False),
+    ("openvino", 2, Options(bridge=False), False),  # the benchmark measuring the form alone
 ])
-def test_which_primaries_get_the_bridge_in_front(settings: Settings, streams: int, bridged: bool) -> None:
-    spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
+def test_only_an_openvino_primary_gets_the_bridge_in_front(backend: str, streams: int, options: Options,
+                                                          bridged: bool) -> None:
+    spec = Spec(settings=Settings(backend=backend), model_path=Path("model.onnx"), shape=PoolShape(streams, 1),
+                writable=Path("w"), options=options)
     assert spec.has_bridge is bridged
 
 
@@ -200,73 +173,6 @@ def test_the_dropped_bridge_is_handed_back_to_the_system(monkeypatch: pytest.Mon
     time.sleep(0.05)
     assert trims == [True]  # once, for the bridge
     runtime.unload()
-
-
-def test_a_kept_bridge_serves_the_wide_slot_beside_the_primary() -> None:
-    primary, bridge = Backend("openvino", 1.0), Backend("onnxruntime", 2.0)
-    runtime = LocalRuntime(primary, bridge, keep_bridge=True)
-    assert runtime.has_wide and not LocalRuntime(primary, bridge).has_wide and not LocalRuntime(primary).has_wide
-    primary.loading.clear()
-    runtime.load_bridged(wait_for_request=False)
-    assert runtime.infer_named(WIDE, tokens(3), STYLE, 1.0)[1] == "onnxruntime"  # before the takeover: the bridge
-    primary.loading.set()
-    wait_until(lambda: runtime.active_name == "openvino")
-    time.sleep(0.05)
-    assert bridge.loaded  # kept, where it would have been dropped (the test above)
-    assert [runtime.infer_named(slot, tokens(3), STYLE, 1.0)[1] for slot in (0, 1, WIDE)] == [
-        "openvino", "openvino", "onnxruntime"]
-    runtime.unload()
-    assert not bridge.loaded and not primary.loaded
-
-
-def test_a_wide_backend_loads_behind_the_primary_and_serves_the_wide_slot() -> None:
-    primary, bridge, wide = Backend("openvino", 1.0), Backend("onnxruntime", 2.0), Backend("openvino", 3.0)
-    runtime = LocalRuntime(primary, bridge, keep_bridge=True, wide=wide)
-    assert runtime.has_wide and not runtime.keep_bridge  # the wide backend replaces the kept bridge
-    wide.loading.clear()
-    runtime.load_bridged(wait_for_request=False)
-    wait_until(lambda: runtime.active_name == "openvino" and not bridge.loaded)  # dropped once the primary serves
-    marks = lambda: [runtime.infer(slot, tokens(3), STYLE, 1.0)[0] for slot in (0, 1, WIDE)]  # noqa: E731
-    assert marks() == [1.0, 1.0, 1.0]  # the wide backend still loading: the wide slot on the primary's first
-    wide.loading.set()
-    wait_until(lambda: marks()[2] == 3.0)
-    assert marks() == [1.0, 1.0, 3.0] and runtime.wide_error is None
-    runtime.unload()
-    assert not wide.loaded and not primary.loaded
-    # A restore without the bridge loads it behind the primary too.
-    runtime.load_primary()
-    wait_until(lambda: marks()[2] == 3.0)
-    runtime.unload()
-    assert not wide.loaded
-
-
-def test_a_wide_backend_that_fails_to_load_leaves_the_wide_slot_on_a_stream(caplog: pytest.LogCaptureFixture) -> None:
-    primary, wide = Backend("openvino", 1.0), Backend("openvino", 3.0, fail_load=True)
-    runtime = LocalRuntime(primary, wide=wide)
-    with caplog.at_level(logging.ERROR, logger="app.runtime.local"):
-        runtime.load_primary()
-        wait_until(lambda: runtime.wide_error is not None)
-    assert "injected primary load failure" in (runtime.wide_error or "") and "wide session" in caplog.text
-    assert runtime.infer(WIDE, tokens(3), STYLE, 1.0)[0] == 1.0 and runtime.active_name == "openvino"
-    runtime.unload()
-
-
-@pytest.mark.parametrize(("settings", "streams", "wide", "primary"), [
-    (Settings(backend="openvino"), 2, True, False),
-    (Settings(backend="onnxruntime"), 2, True, False),
-    (Settings(backend="openvino"), 1, False, False),  # the bridge's threads are the one stream's: nothing wider
-    (Settings(backend="openvino", wide_chunk_tokens=0), 2, False, False),
-    (Settings(backend="openvino", restore_bridge=False), 2, False, False),
-    (Settings(backend="openvino", wide_form="primary"), 2, True, True),
-    (Settings(backend="openvino", wide_form="primary", restore_bridge=False), 2, True, True),  # needs no bridge
-    (Settings(backend="openvino", wide_form="primary"), 1, False, False),
-    (Settings(backend="openvino", wide_form="primary", wide_chunk_tokens=0), 2, False, False),
-    (Settings(backend="onnxruntime", wide_form="primary"), 2, True, False),  # ONNX Runtime's is the bridge
-])
-def test_which_pools_have_a_wide_session_and_what_it_runs(settings: Settings, streams: int, wide: bool,
-                                                          primary: bool) -> None:
-    spec = Spec(settings=settings, model_path=Path("model.onnx"), shape=PoolShape(streams, 1), writable=Path("w"))
-    assert spec.wide is wide and spec.wide_primary is primary
 
 
 class Filed(Backend):
@@ -308,79 +214,42 @@ def test_the_runtimes_files_leave_the_page_cache_after_a_load_and_after_inferenc
     assert resident_bytes(model) < (1 << 20)
 
 
-@pytest.mark.parametrize(("process", "bridge", "kept"), [(True, True, True), (False, True, False)])
-def test_a_released_bridge_needs_the_inference_process_and_a_bridge(
-        cache_dir: Path, caplog: pytest.LogCaptureFixture, process: bool, bridge: bool, kept: bool) -> None:
+@pytest.mark.parametrize("in_process", [False, True])
+def test_a_release_starts_the_next_inference_process_and_in_process_nothing(cache_dir: Path,
+                                                                           in_process: bool) -> None:
+    from app.runtime.proxy import ProcessRuntime
     from app.services import build_engine
     from app.sizing import read_budget
 
-    settings = Settings(cache_dir=cache_dir, inference_process=process, restore_bridge=bridge, backend="openvino",
-                        released_bridge=True)
-    with caplog.at_level(logging.WARNING, logger="app.services"):
-        engine, _ = build_engine(settings, read_budget())
+    engine, _ = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
+                             Options(in_process=in_process))
     try:
-        assert (engine.standby is not None) is kept
-        assert ("TTS_RELEASED_BRIDGE is ignored" in caplog.text) is not kept
+        if in_process:
+            assert engine.standby is None
+        else:
+            assert isinstance(engine.runtime, ProcessRuntime) and engine.standby == engine.runtime.idle_standby
     finally:
         engine.close()
 
 
-class Repacking(Backend):
-    """A bridge opened with its weights unpacked (`OnnxRuntimeBackend.repack`): ``repacked`` counts the packs done."""
+class Packing(Backend):
+    """A bridge that records whether `LocalRuntime.load_bridged` let it pack its weights as it opens."""
 
-    def __init__(self, name: str, mark: float, *, fail: bool = False) -> None:
+    def __init__(self, name: str, mark: float) -> None:
         super().__init__(name, mark)
-        self.fail = fail
         self.pack_at_open: bool | None = None
-        """What `LocalRuntime.load_bridged` chose for this load."""
-        self.repacked = 0
-        self.primary: Backend | None = None
-        self.primary_loaded_at_repack: bool | None = None
-
-    def repack(self) -> bool:
-        if self.primary is not None:
-            self.primary_loaded_at_repack = self.primary.loaded
-        if self.fail:
-            raise RuntimeError("injected repack failure")
-        self.repacked += 1
-        return self.repacked == 1
 
 
-@pytest.mark.parametrize("keep", [True, False])
-def test_a_bridge_kept_as_the_wide_session_is_repacked_after_the_takeover_and_a_dropped_one_is_not(keep: bool) -> None:
-    primary, bridge = Backend("openvino", 1.0), Repacking("onnxruntime", 2.0)
-    bridge.primary = primary
-    runtime = LocalRuntime(primary, bridge, keep_bridge=keep)
-    runtime.load_bridged()  # a restore: a request waits on the opening
+def test_a_restore_opens_the_bridge_unpacked_and_a_start_packed() -> None:
+    """At a restore a request waits on the opening (unpacked opens faster); at a start the bridge opens beside the
+    server's imports, and its first inference would pay for the packing."""
+    primary, bridge = Backend("openvino", 1.0), Packing("onnxruntime", 2.0)
+    runtime = LocalRuntime(primary, bridge)
+    runtime.load_bridged()
     assert bridge.pack_at_open is False
     runtime.infer(0, tokens(5), STYLE, 1.0)
-    wait_until(lambda: runtime.active_name == "openvino")
-    if keep:
-        wait_until(lambda: bridge.repacked == 1)
-        assert bridge.primary_loaded_at_repack  # behind the primary, never in front of a waiting request
-        assert runtime.infer_named(WIDE, tokens(3), STYLE, 1.0)[1] == "onnxruntime"
-    else:
-        wait_until(lambda: not bridge.loaded)
-        assert bridge.repacked == 0
+    wait_until(lambda: runtime.active_name == "openvino" and not bridge.loaded)
     runtime.unload()
-
-
-def test_a_standby_and_a_start_open_the_bridge_packed_and_a_failed_repack_leaves_it_serving(
-        caplog: pytest.LogCaptureFixture) -> None:
-    primary, bridge = Backend("openvino", 1.0), Repacking("onnxruntime", 2.0)
-    runtime = LocalRuntime(primary, bridge)
-    runtime.load_bridged(wait_for_request=True, hold=True)
-    assert bridge.pack_at_open is True  # while released: nobody waits on a standby's opening
-    runtime.unload()
-    runtime.load_bridged(wait_for_request=False)  # a start: beside the imports, packed (its first inference is dearer)
+    runtime.load_bridged(wait_for_request=False)
     assert bridge.pack_at_open is True
-    runtime.unload()
-    failing = Repacking("onnxruntime", 2.0, fail=True)
-    runtime = LocalRuntime(Backend("openvino", 1.0), failing, keep_bridge=True)
-    with caplog.at_level(logging.ERROR):
-        runtime.load_bridged()
-        assert runtime.infer_named(0, tokens(4), STYLE, 1.0)[1] == "onnxruntime"
-        wait_until(lambda: "packing the bridge's weights failed" in caplog.text)
-    assert runtime.active_name == "openvino" and failing.loaded
-    assert runtime.infer_named(WIDE, tokens(4), STYLE, 1.0)[1] == "onnxruntime"  # still the wide session
     runtime.unload()

@@ -17,6 +17,7 @@ from app.runtime import outputcheck, tuner, tuning
 from app.runtime.tuning import Candidate, Manifest, TuneKey
 from app.settings import Settings
 from app.sizing import read_budget
+from lifecycle import trim
 from tests.conftest import live_server
 
 ORT_2X1 = Candidate("onnxruntime", "f32", 2, 1)
@@ -91,18 +92,6 @@ XEON_TABLE = [row(ORT_2X1, 3.15), row(BF16_2X1, 4.79), row(ORT_1X2, 2.13), row(B
 """The tuning run on the 2-vCPU Xeon with AMX of 2026-12-03 (audio-s per s): one bf16 stream beats the bridge."""
 
 
-def test_the_wide_session_runs_what_outran_one_stream_in_the_tuning_run() -> None:
-    form, why = tuning.wide_choice(BF16_2X1, XEON_TABLE)
-    assert form == "" and "2.40" in why and "bridge (onnxruntime 1 x 2) 2.13" in why and "3.47" in why
-    assert tuning.wide_choice(BF16_2X1, XEON_TABLE, forms=("bridge", "primary"))[0] == "primary"
-    form, why = tuning.wide_choice(BF16_2X1, XEON_TABLE[:3], forms=("bridge", "primary"))
-    assert form == "" and "primary (openvino dequant16 bf16 1 x 2) not measured" in why  # the bridge: 2.13 < 2.40
-    assert tuning.wide_choice(ORT_2X1, XEON_TABLE)[0] == "bridge"  # 2.13 against 1.58 for one ONNX Runtime stream
-    assert tuning.wide_choice(BF16_2X1, [row(BF16_2X1, 4.79), row(ORT_1X2, 2.13, error="crashed")])[0] == ""
-    assert tuning.wide_choice(BF16_2X1, XEON_TABLE[:1])[0] == "bridge"  # the chosen form not measured: the default
-    assert tuning.wide_choice(BF16_1X2, XEON_TABLE)[0] == "bridge"  # one stream: nothing to compare, nothing wide
-
-
 CONVGEMM_1X2 = Candidate("onnxruntime", "f32", 1, 2, "convgemm")
 
 
@@ -111,9 +100,6 @@ def test_the_bridge_runs_the_onnx_runtime_form_that_was_fastest_on_all_threads()
     form, why = tuning.bridge_choice(BF16_2X1, table, 2)
     assert form == "convgemm" and why == ("audio-s per s in the tuning run as one ONNX Runtime session of 2 threads: "
                                           "onnx 2.13, convgemm 2.60")
-    # Its figure, not the file as shipped's, decides whether the bridge is the wide session (one bf16 stream: 2.40).
-    assert tuning.wide_choice(BF16_2X1, table, bridge_form=form)[0] == "bridge"
-    assert "bridge (onnxruntime convgemm 1 x 2) 2.60" in tuning.wide_choice(BF16_2X1, table, bridge_form=form)[1]
     assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.0)], 2) == ("onnx", "")  # slower
     failed = {**row(CONVGEMM_1X2, 2.60), "check": {"passed": False}}
     assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, failed], 2) == ("onnx", "")  # never a form that fails
@@ -133,26 +119,8 @@ def test_a_tuned_choice_names_the_bridge_form_it_measured_faster(tmp_path: Path,
         tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
     assert choice.bridge_form == "convgemm" and "convgemm 2.60" in choice.bridge
     assert "engine: the bridge runs the convgemm form" in caplog.text
-    assert (tuned.wide_form, tuned.wide_chunk_tokens) == ("bridge", Settings().wide_chunk_tokens)  # 2.60 > 2.40
     tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
     assert tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)[1].bridge_form == "onnx"
-
-
-def test_a_tuned_choice_turns_a_slower_wide_session_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    here = TuneKey.here(2, "ab" * 32)
-    tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
-    with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
-        tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
-    assert tuned.wide_chunk_tokens == 0 and "3.47" in choice.wide and "wide session off" in caplog.text
-    # Set by hand, it stays; so does the setting under another shape than the one measured.
-    hand = tuning.resolve(Settings(wide_form="primary"), 2, "ab" * 32, tmp_path)[0]
-    assert (hand.wide_form, hand.wide_chunk_tokens) == ("primary", Settings().wide_chunk_tokens)
-    pinned, choice = tuning.resolve(Settings(threads_per_stream=2), 2, "ab" * 32, tmp_path)
-    assert (pinned.wide_form, pinned.wide_chunk_tokens, choice.wide) == ("auto", Settings().wide_chunk_tokens, "")
-    # Under ONNX Runtime 2 x 1 the bridge on both threads outran one stream (2.13 against 1.58): kept.
-    tuning.write(tmp_path, Manifest(key=here, choice=ORT_2X1, why="ort", table=XEON_TABLE))
-    kept, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
-    assert (kept.wide_form, kept.wide_chunk_tokens) == ("bridge", Settings().wide_chunk_tokens) and choice.wide
 
 
 def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> tuner.Result:
@@ -204,12 +172,19 @@ def test_memory_priced_as_an_instance_bills_it_can_turn_the_choice() -> None:
     by_cost, why = tuner.choose([onnxruntime, openvino], priced)
     assert by_cost is onnxruntime, why
     assert priced.score(onnxruntime) > priced.score(openvino) * (1 + tuner.TIE)
-    assert "GiB" in why and "TTS_TUNE_MEMORY_PRICE" in why and "above the best OpenVINO form" in why
+    assert "GiB" in why and "--memory-price" in why and "above the best OpenVINO form" in why
     # The score is audio per unit of instance cost: efficiency / (1 + price x GiB / vCPUs).
     assert priced.score(onnxruntime) == pytest.approx(1.093 / (1 + 0.111 * (529 + 400) / 1024 / 2))
     # On a budget with more vCPUs the same memory weighs less, and the efficiency gap decides again.
     assert tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=16, memory_price=0.111, base_mb=400))[0] \
         is openvino
+
+
+def test_the_memory_price_is_the_tuners_flag_not_a_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        tuner.main(["--memory-price", "-1"], Settings())
+    assert refused.value.code == 2 and "--memory-price -1: must be between 0 and 10" in capsys.readouterr().err
+    assert tuner.MEMORY_PRICE == 0.111
 
 
 def test_candidates_fill_the_budget() -> None:
@@ -233,7 +208,7 @@ def test_a_real_tuning_run_never_picks_a_broken_form(tmp_path: Path, cache_dir: 
     def trial(candidate: Candidate, job: dict[str, Any]) -> tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]:
         outcome, audio = tuner.subprocess_trial(candidate, job)
         # Each trial runs with the server's malloc settings, so its peak RSS is the server's.
-        assert job["malloc_mmap_threshold_kb"] == Settings().malloc_mmap_threshold_kb > 0
+        assert job["malloc_mmap_threshold_kb"] == trim.MMAP_THRESHOLD_KB > 0
         assert outcome["malloc"] == {"arenas": True, "mmap_threshold": True}
         if candidate == broken:
             rng = np.random.default_rng(0)
@@ -283,21 +258,6 @@ def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, 
     assert info["resolved"]["backend"] == "onnxruntime"
     assert (info["pool"]["streams"], info["pool"]["threads_per_stream"]) == (1, 2)
     assert "engine: onnxruntime-f32-1x2 from" in log
-
-
-def test_a_tuned_server_whose_wide_session_ran_slower_serves_a_request_alone_on_a_stream(
-        tmp_path: Path, cache_dir: Path) -> None:
-    baked = tmp_path / "baked"
-    here = TuneKey.here(read_budget().cpus, served_sha256(cache_dir))
-    table = [row(ORT_2X1, 5.0), row(ORT_1X2, 2.0)]  # as if one stream of two made 2.5 audio-s per s
-    tuning.write(baked, Manifest(key=here, choice=ORT_2X1, why="ort 2 x 1", table=table))
-    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
-        assert len(speak(server.url)) > 24000
-        info = httpx.get(f"{server.url}/v1/info").json()
-        log = server.log()
-    assert info["pool"]["wide_session"] is False and info["pool"]["granted"]["wide"] == 0
-    assert info["pool"]["granted"]["first"] >= 1 and "bridge (onnxruntime 1 x 2) 2.00" in info["engine"]["wide"]
-    assert "engine: wide session off: audio-s per s in the tuning run: one stream of onnxruntime-f32-2x1 2.50" in log
 
 
 def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, cache_dir: Path) -> None:

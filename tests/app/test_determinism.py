@@ -1,0 +1,90 @@
+"""Speech is a function of the request: on a real server (ONNX Runtime, the real model) the same request gives the
+same bytes alone, under load, streamed or whole, and after a release and restore.
+
+The server runs the shipped defaults: nothing is turned off to make the answer stable. Chunk boundaries depend on
+the text alone (tests/app/test_chunks.py tests that fast, on a fake runtime); this is the real thing end to end.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
+
+ADMIN = {"Authorization": "Bearer admin-secret"}
+TEXT = ("Hello there, and welcome back. This answer is long enough to be cut into several chunks, each one a "
+        "separate inference. It costs $12.50 and arrives at 3:30 pm; the rest, as always, follows in order.")
+OTHERS = ("A different request, to keep the streams busy.",
+          "Another one, longer, with its own chunks to schedule between the others, as a busy server would.")
+
+
+@pytest.fixture(scope="module")
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), backend=SPEECH_BACKEND, quiet_window_s="0",
+                     admin_token="admin-secret") as s:
+        yield s
+
+
+def speak(server: LiveServer, text: str = TEXT, *, stream: bool = True, **extra: object) -> bytes:
+    response = httpx.post(f"{server.url}/v1/audio/speech", timeout=180,
+                          json={"input": text, "voice": "af_heart", "response_format": "pcm", "stream": stream,
+                                **extra})
+    assert response.status_code == 200, response.text
+    return response.content
+
+
+def info(server: LiveServer) -> dict[str, object]:
+    found: dict[str, object] = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+    return found
+
+
+@pytest.fixture(scope="module")
+def alone(server: LiveServer) -> bytes:
+    """The request alone on an idle pool, streamed: the reference."""
+    audio = speak(server)
+    assert len(audio) > 2 * 24000 * 5  # several seconds: several chunks
+    return audio
+
+
+def test_the_request_is_cut_into_several_chunks(server: LiveServer, alone: bytes) -> None:
+    before = info(server)["pool"]["granted"]  # type: ignore[index]
+    assert speak(server) == alone
+    after = info(server)["pool"]["granted"]  # type: ignore[index]
+    assert after["later"] - before["later"] >= 2  # type: ignore[index]
+
+
+def test_streamed_and_whole_give_the_same_bytes(server: LiveServer, alone: bytes) -> None:
+    assert speak(server, stream=False) == alone
+
+
+def test_under_load_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:
+    """Four copies of the request beside other requests, more than the pool's streams: they wait, run on other
+    streams, their chunks interleave with others'; each gets the bytes it gets alone."""
+    texts = [TEXT, OTHERS[0], TEXT, OTHERS[1], TEXT, TEXT]
+    with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+        answers = list(pool.map(lambda text: speak(server, text), texts))
+    for text, audio in zip(texts, answers, strict=True):
+        if text == TEXT:
+            assert audio == alone
+    whole = [speak(server, stream=False)]  # and whole, right after
+    assert whole == [alone]
+
+
+def test_after_a_release_and_restore_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:
+    processes = server.log().count("inference process")
+    assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
+    assert httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()["state"] == "released"
+    assert speak(server) == alone  # the restore's first request: the same form, from a fresh inference process
+    assert server.log().count("inference process") > processes
+    found = info(server)
+    assert found["bridge_serving"] is False and set(found["inferences_by_backend"]) == {"onnxruntime"}  # type: ignore[arg-type]
+    # Released again, then a burst into the restore: every one the same bytes.
+    assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        answers = list(pool.map(lambda _: speak(server), range(3)))
+    assert answers == [alone] * 3
