@@ -110,14 +110,14 @@ def _serve(settings: Settings, options: Options | None) -> int:
 
 
 def _tune(argv: list[str]) -> int:
-    """``python -m app tune``: the engine tuner (`app.runtime.tuner`), configured by the same TTS_* variables."""
+    """``python -m app tune``: the engine tuner (`app.tune.tuner`), configured by the same TTS_* variables."""
     try:
         settings = Settings.from_env(os.environ)
     except SettingsError as exc:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
         log.error("invalid setting: %s", exc)
         return 2
-    from app.runtime import tuner
+    from app.tune import tuner
 
     return tuner.main(argv, settings)
 

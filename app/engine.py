@@ -31,11 +31,11 @@ from app.errors import InferenceFailed, InvalidInput
 from app.pool import StreamPool
 from app.runtime.backends.base import Resolved
 from app.runtime.protocol import Runtime
-from app.runtime.tuning import EngineChoice
 from app.text import chunker, languages, words
 from app.text.frontend import Frontend
 from app.text.languages import Language
 from app.text.vocab import Vocab
+from app.tune.choice import EngineChoice
 from app.voices import Voice, VoiceBank
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,9 @@ class Engine:
         """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.idle_standby`: the next inference
         process started and waiting); None: nothing is kept."""
         self.timestamps = timestamps
-        """Whether the served model outputs its per-token durations (`app.runtime.timed`): word timestamps."""
+        """Whether the served model outputs its per-token durations (`app.forms.timed`): word timestamps."""
         self.choice = choice
-        """Which form serves and why (`app.runtime.tuning`); None where the caller did not resolve one."""
+        """Which form serves and why (`app.tune.choice`); None where the caller did not resolve one."""
         self.pool = pool
         self.frontend = frontend
         self.voices = voices

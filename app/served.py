@@ -16,12 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from app.runtime import cachedir, forms, modelfile, timed, tuning
+from app.forms import modelfile, store, timed
+from app.runtime import cachedir
 from app.runtime.local import WarmUp
 from app.runtime.spec import SERVER, Options, Spec
 from app.settings import Settings, SettingsError
 from app.sizing import CpuBudget, shape_for
 from app.text.vocab import Vocab
+from app.tune.choice import EngineChoice, resolve_engine
 from app.voices import Voice, VoiceBank
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Served:
     settings: Settings
-    """As the tuned choice resolved them (backend, shape, precision)."""
-    choice: tuning.EngineChoice
+    """With the engine choice's backend, precision and shape (`choice`): what the inference process is built from."""
+    choice: EngineChoice
     spec: Spec
     voices: VoiceBank
     vocab: Vocab
@@ -47,9 +49,11 @@ def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) ->
     timestamps = timed.digest(model_path) is not None
     if settings.backend == "auto" and not digest:
         digest = modelfile.sha256_of(model_path)
-    settings, choice = tuning.resolve(settings, budget.cpus, digest, writable)
+    choice = resolve_engine(settings, budget.cpus, digest, writable)
+    settings = dataclasses.replace(settings, backend=choice.backend, precision=choice.precision,
+                                   streams=choice.streams, threads_per_stream=choice.threads_per_stream)
     source_path = model_path
-    model_path = forms.path(choice.form, model_path, writable, digest,
+    model_path = store.path(choice.form, model_path, writable, digest,
                             read_only=[settings.baked_cache_dir, settings.cache_dir])
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     try:
@@ -66,19 +70,19 @@ def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) ->
     return Served(settings, choice, spec, voices, vocab, timestamps)
 
 
-def _bridge_path(settings: Settings, choice: tuning.EngineChoice, model_path: Path, source_path: Path,
+def _bridge_path(settings: Settings, choice: EngineChoice, model_path: Path, source_path: Path,
                  writable: Path, digest: str) -> Path | None:
     """The file the ONNX Runtime bridge runs where it is not ``model_path`` (the served file), or None.
 
-    The form `tuning.bridge_choice` picked by measurement where one is made (by the tuner, or baked into the image):
-    else ``source_path``, the ONNX file the served form was derived from, where the served form is one only OpenVINO
-    runs; a form only ONNX Runtime runs (``convgemm``) is run by the bridge itself."""
-    if choice.form in forms.ONNXRUNTIME_ONLY:
+    The form `app.tune.choice.bridge_choice` picked by measurement where one is made (by the tuner, or baked into the
+    image): else ``source_path``, the ONNX file the served form was derived from, where the served form is one only
+    OpenVINO runs; a form only ONNX Runtime runs (``convgemm``) is run by the bridge itself."""
+    if choice.form in store.ONNXRUNTIME_ONLY:
         return None
     fallback = source_path if model_path != source_path else None
-    if choice.bridge_form in ("", forms.ONNX):
+    if choice.bridge_form in ("", store.ONNX):
         return fallback
-    found = forms.find(choice.bridge_form, writable, digest, read_only=[settings.baked_cache_dir, settings.cache_dir])
+    found = store.find(choice.bridge_form, writable, digest, read_only=[settings.baked_cache_dir, settings.cache_dir])
     if found is None:
         log.warning("engine: the bridge's %s form is not made here; the bridge runs %s", choice.bridge_form,
                     fallback or model_path)
@@ -90,7 +94,7 @@ def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:
     """The ONNX file the server runs, and its sha256 (the key of its tuning, forms and compile cache) where it is
     known without hashing the file (else ``""``: a user's model without ``TTS_MODEL_SHA256``).
 
-    That is the timed copy of the model (`app.runtime.timed`: the same graph with its per-token durations as a
+    That is the timed copy of the model (`app.forms.timed`: the same graph with its per-token durations as a
     second output, for word timestamps) wherever the model has the known duration tensor, else the model
     itself. A copy already made next to the model or in the configured cache directory (the image's, read-only)
     is used from there; else it is made once in the writable cache directory. The tuner resolves the same file.

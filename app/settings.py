@@ -62,7 +62,7 @@ class Settings:
     cache_dir: Path = field(default_factory=_default_cache_dir)
     """Writable directory for the assembled model and the compile caches; point it at fast local storage."""
     baked_cache_dir: Path | None = None
-    """Read-only cache baked into the image at build time (`python -m app.runtime.build`, ``python -m app tune``);
+    """Read-only cache baked into the image at build time (`python -m app.tune.build`, ``python -m app tune``);
     used where its key matches this machine."""
     streams: int = 0
     """Inference streams (concurrent inferences); 0 sizes them from the CPUs the container has."""

@@ -1,6 +1,6 @@
 """Word timestamps: the model's per-token durations turned into the times words are heard.
 
-The timed model (`app.runtime.timed`) outputs one duration per input token, in frames of 600 samples
+The timed model (`app.forms.timed`) outputs one duration per input token, in frames of 600 samples
 (25 ms), the pads at both ends included; they sum to the chunk's length exactly, and the speed is
 already in them (the model divides by it before rounding). So the sound of a chunk's token k spans
 frames ``sum(d[:k+1])`` to ``sum(d[:k+2])`` (``d[0]`` is the leading pad). A chunk's audio is then

@@ -1,9 +1,9 @@
-"""The output check, as the benchmark reports it: the implementation lives in `app.runtime.outputcheck`,
+"""The output check, as the benchmark reports it: the implementation lives in `app.tune.outputcheck`,
 because the build-time tuner (`python -m app tune`) applies the same check to every form it may choose."""
 
 from __future__ import annotations
 
-from app.runtime.outputcheck import (
+from app.tune.outputcheck import (
     DURATION_UNIT,
     HOP,
     N_MELS,
@@ -18,7 +18,7 @@ from app.runtime.outputcheck import (
     log_mel,
     mel_distance,
 )
-from app.runtime.outputcheck import __doc__ as __doc__
+from app.tune.outputcheck import __doc__ as __doc__
 
 __all__ = ["DURATION_UNIT", "HOP", "N_MELS", "SAMPLE_RATE", "THRESHOLDS", "ChunkCheck", "Thresholds", "Verdict",
            "check_chunk", "compare", "dtw_distance", "log_mel", "mel_distance"]

@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from app.runtime import modelfile
+from app.forms import modelfile
 from app.voices import EMBEDDED
 from bench import machine
 from bench.server import CHECKOUT, environment, free_port, terminate, with_checkout

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from app.runtime import modelfile
+from app.forms import modelfile
 from app.sizing import read_budget, shape_for
 from bench import client, load, machine
 from bench import corpus as corpus_mod

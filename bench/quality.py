@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import soundfile
 
-from app.runtime import modelfile
+from app.forms import modelfile
 from app.text import languages
 from app.voices import VoiceBank
 from bench import corpus as corpus_mod

@@ -36,8 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from app.runtime import modelfile, tuning
+from app.forms import modelfile
 from app.sizing import read_budget
+from app.tune.manifest import DIRECTORY as TUNING_DIRECTORY
+from app.tune.manifest import Manifest
 from bench import checks, client, figures, inprocess, load, machine, plots, report, variant
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, parse_pool, select
@@ -216,10 +218,10 @@ class Run:
             with open(self.logs / "tune.log", "wb") as sink:
                 subprocess.run([sys.executable, "-m", "app", "tune", "--out", str(tuned)], env=env, stdout=sink,
                                stderr=subprocess.STDOUT, check=True)
-        found = sorted((tuned / tuning.DIRECTORY).glob("*.json"))
+        found = sorted((tuned / TUNING_DIRECTORY).glob("*.json"))
         if not found:
             raise RuntimeError(f"no tuning manifest under {tuned}")
-        manifest = tuning.Manifest.from_json(json.loads(found[-1].read_text()))
+        manifest = Manifest.from_json(json.loads(found[-1].read_text()))
         choice = manifest.choice
         backend: Literal["onnxruntime", "openvino"] = "onnxruntime" if choice.backend == "onnxruntime" else "openvino"
         self.results["tuning"] = manifest.to_json()

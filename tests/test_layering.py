@@ -1,4 +1,5 @@
-"""Dependencies point one way: HTTP only in app/http; lifecycle/ knows nothing of app/."""
+"""Dependencies point one way: HTTP only in app/http; lifecycle/ knows nothing of app/; app/forms/ knows nothing of
+the runtime, and neither knows of tuning (app/tune/)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def imports(path: Path) -> set[str]:
     return found
 
 
+def _names_from(path: Path) -> set[str]:
+    """What ``from package import name`` names, as ``package.name`` (``from app import tune``)."""
+    return {f"{node.module}.{alias.name}" for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+
+
 def test_http_stays_in_app_http() -> None:
     for path in (ROOT / "app").rglob("*.py"):
         rel = path.relative_to(ROOT).as_posix()
@@ -32,6 +39,17 @@ def test_lifecycle_does_not_know_the_app() -> None:
     for path in (ROOT / "lifecycle").rglob("*.py"):
         bad = {m for m in imports(path) if m.split(".")[0] in ("app", "starlette", "uvicorn", "bench")}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_serving_and_the_model_forms_know_nothing_of_tuning() -> None:
+    """app/runtime/ serves, loading a form's file from app/forms/; app/forms/ rewrites the model and knows no runtime;
+    app/tune/ measures both and may import either, never the other way round."""
+    banned = {"runtime": ("app.tune",), "forms": ("app.tune", "app.runtime")}
+    for package, prefixes in banned.items():
+        for path in (ROOT / "app" / package).rglob("*.py"):
+            found = imports(path) | _names_from(path)
+            bad = {m for m in found if any(m == p or m.startswith(p + ".") for p in prefixes)}
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_bench_load_talks_to_the_server_over_http_only() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from app.runtime.dequantize import Graph, NoMatch, conv_bias, replace
+from app.forms.dequantize import Graph, NoMatch, conv_bias, replace
 
 OPSET_DOMAIN = "com.microsoft"
 LIMIT = 64

@@ -6,7 +6,7 @@ turns each into a dozen element-wise ops (Round, Clamp, Convert, ReduceMin/Max, 
 and 749 Convert nodes in its compiled graph), which is where it lost to ONNX Runtime. Here each quantized
 operation becomes its float original with the weights ``(w_q - zero_point) * scale``: the activation's
 quantization round trip goes away, so the audio differs from the shipped model's about as much as another
-runtime's does (the output check decides; `app.runtime.forms` keeps the form only where it passes).
+runtime's does (the output check decides; `app.forms.store` keeps the form only where it passes).
 
 Patterns, as the ONNX Runtime quantizer writes them (anything else is left as it is):
 
@@ -18,7 +18,7 @@ Patterns, as the ONNX Runtime quantizer writes them (anything else is left as it
   dequantized and transposed to ONNX's ``[directions, 4 x hidden, input]`` layout.
 
 Nodes left without a consumer are removed. The harmonic source's running phase is then rewritten in fixed point
-(`app.runtime.phase`), so that the form also keeps the voice under OpenVINO's bf16 hint.
+(`app.forms.phase`), so that the form also keeps the voice under OpenVINO's bf16 hint.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime import phase
+from app.forms import phase
 
 log = logging.getLogger(__name__)
 

@@ -1,19 +1,19 @@
 """Model forms: the files a backend can run, made ahead of time from the model as shipped.
 
-A form is named by a short string (`Candidate.form` in `app.runtime.tuning`). ``onnx`` is the model file
+A form is named by a short string (`Candidate.form` in `app.tune.manifest`). ``onnx`` is the model file
 itself; other forms are derived from it once (at tuning or image build time) into the writable cache
 directory, keyed by the source model's sha256 and the runtime version that made them, and kept only if they
-pass the output check (`app.runtime.outputcheck`) when the tuner measures them.
+pass the output check (`app.tune.outputcheck`) when the tuner measures them.
 
 - ``ir``: OpenVINO's own format (``model.xml`` + ``model.bin``), read once from the ONNX file and saved
   without weight compression, so a start reads the graph instead of converting the ONNX file
   and maps the weights from the ``.bin`` (OpenVINO only: ONNX Runtime cannot read it).
 
 - ``dequant``: the shipped dynamic-int8 export with its weights dequantized once to plain f32 MatMul, Conv
-  and LSTM (`app.runtime.dequantize`), saved as an IR. OpenVINO runs the export's run-time quantization as
+  and LSTM (`app.forms.dequantize`), saved as an IR. OpenVINO runs the export's run-time quantization as
   about a thousand element-wise ops; without them it was 1.10x ONNX Runtime's efficiency on an AMX Xeon
   where the shipped file ran at 0.83x, at 1.7 GB peak instead of 2.8 GB (bench/results/forms-20261201). Its
-  harmonic source's running phase is also rewritten in fixed point (`app.runtime.phase`), which lets OpenVINO's
+  harmonic source's running phase is also rewritten in fixed point (`app.forms.phase`), which lets OpenVINO's
   bf16 hint keep the voice (bench/results/phase-20261202); the form's directory is ``dequant.2`` since.
 
 - ``dequant16``: the same graph with its weights stored as f16 (``compress_to_fp16``), for OpenVINO's bf16
@@ -24,7 +24,7 @@ pass the output check (`app.runtime.outputcheck`) when the tuner measures them.
   speed within the noise (bench/results/memory-20261202).
 
 - ``convgemm``: the shipped export with each stride-1 ``ConvInteger`` as im2col and ``MatMulIntegerToFloat`` on
-  int8 weights packed once (`app.runtime.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were 72 % of
+  int8 weights packed once (`app.forms.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were 72 % of
   its time on a 2-vCPU AMD EPYC with AVX2, and ran 1.5 x faster so (bench/results/convgemm-20261203).
 
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from app.runtime import modelfile
+from app.forms import modelfile
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _file(form: str) -> str:
 def _make_isolated(form: str, source: Path, digest: str, directory: Path) -> None:
     """`_make` in a process of its own: the rewrite holds the whole graph in protobuf and numpy (about 1.8 GB
     at its peak here), memory a server or the tuner would otherwise keep as heap for the rest of its life."""
-    made = subprocess.run([sys.executable, "-m", "app.runtime.forms", form, str(source), digest, str(directory)],
+    made = subprocess.run([sys.executable, "-m", "app.forms.store", form, str(source), digest, str(directory)],
                           capture_output=True, text=True)
     if made.returncode != 0 or not _complete(directory):
         last = (made.stderr.strip().splitlines() or [f"exit status {made.returncode}"])[-1][:300]
@@ -214,7 +214,7 @@ def _make_ir(source: Path, directory: Path) -> None:
 def _make_dequant(source: Path, directory: Path, *, f16: bool = False) -> None:
     import openvino as ov
 
-    from app.runtime.dequantize import dequantize
+    from app.forms.dequantize import dequantize
 
     staged = directory / "dequantized.onnx"
     counts = dequantize(source, staged)
@@ -239,7 +239,7 @@ def _make_dequant16(source: Path, directory: Path) -> None:
 
 
 def _make_convgemm(source: Path, directory: Path) -> None:
-    from app.runtime.convgemm import rewrite
+    from app.forms.convgemm import rewrite
 
     counts = rewrite(source, directory / ONNX_MODEL)
     if not counts.get("ConvInteger"):
@@ -253,11 +253,11 @@ _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make
                                                     CONVGEMM: _make_convgemm}
 _REVISIONS = {DEQUANT: ".2"}
 """A maker that changes what it makes names its forms anew, so that a form made before is not taken for one of
-today's (``dequant.2``: the harmonic source's phase in fixed point, `app.runtime.phase`)."""
+today's (``dequant.2``: the harmonic source's phase in fixed point, `app.forms.phase`)."""
 
 
 def main(argv: list[str]) -> int:
-    """``python -m app.runtime.forms FORM SOURCE SHA256 DIRECTORY``: make one form (run by `path`)."""
+    """``python -m app.forms.store FORM SOURCE SHA256 DIRECTORY``: make one form (run by `path`)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     form, source, digest, directory = argv
     _make(form, _MAKERS[form], Path(source), digest, Path(directory))

@@ -149,7 +149,7 @@ def _stamp(path: Path) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m app.runtime.timed MODEL DIRECTORY``: make the timed copy of MODEL in DIRECTORY (the image
+    """``python -m app.forms.timed MODEL DIRECTORY``: make the timed copy of MODEL in DIRECTORY (the image
     build runs it, so the copy is compiled ahead of time) and print the file the server will run."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     model, directory = Path(argv[0]), Path(argv[1])

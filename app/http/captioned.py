@@ -9,7 +9,7 @@ words it holds, times still from the start of the whole response), and a last li
 encoder held back, if anything. FLAC is not progressive (`app.audio`): its lines carry the words and
 the last one all the audio.
 
-A model without the durations (a user's own export, `app.runtime.timed`) answers 501 here, and still
+A model without the durations (a user's own export, `app.forms.timed`) answers 501 here, and still
 speaks at ``/v1/audio/speech``.
 """
 

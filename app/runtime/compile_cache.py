@@ -19,7 +19,7 @@ the model file (path, size, mtime) and every file's digest match; anything else 
 writable directory and says why. The key is the OpenVINO version, the CPU instruction set family,
 the CPU brand string (because OpenVINO keys on it) and the model's sha256.
 
-The build-time compile that makes a baked cache is `app.runtime.build`.
+The build-time compile that makes a baked cache is `app.tune.build`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.forms.modelfile import sha256_of
 from app.runtime.cpu import cpu_flags, isa_family
-from app.runtime.modelfile import sha256_of
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.runtime import backends, forms, modelfile, timed
+from app.forms import modelfile, store, timed
+from app.runtime import backends
 from app.runtime.backends.base import Backend
 from app.runtime.backends.deferred import Deferred
 from app.runtime.local import LocalRuntime, WarmUp
@@ -67,12 +68,12 @@ class Spec:
     bridge_path: Path | None = None
     """The file the ONNX Runtime bridge runs when it is not ``model_path`` (`app.served`): under an OpenVINO form,
     the ONNX file it was derived from (ONNX Runtime cannot run OpenVINO's IR) or the ONNX Runtime form the tuning
-    run measured faster as one session on all threads (`app.runtime.tuning.bridge_choice`). None: the bridge runs
+    run measured faster as one session on all threads (`app.tune.choice.bridge_choice`). None: the bridge runs
     ``model_path`` (the file as shipped, or a form ONNX Runtime runs)."""
 
     @property
     def baked_graphs(self) -> Path | None:
-        """Where the image build saved ONNX Runtime's optimized graphs (`app.runtime.build.save_bridge_graph`); None
+        """Where the image build saved ONNX Runtime's optimized graphs (`app.tune.build.save_bridge_graph`); None
         where the baked cache is the writable one: what the server saved there itself follows the writable cache's
         rules (a portable graph an earlier version left there is replaced by a packed one, not opened as baked)."""
         baked = self.settings.baked_cache_dir
@@ -117,8 +118,8 @@ def _compile_cache(settings: Settings, options: Options, model_path: Path, writa
     from app.runtime import compile_cache
 
     # A derived form is a model file of its own: its cache is keyed by the digest recorded when it was made.
-    # So is the timed copy of the model (app.runtime.timed): its digest was recorded when it was made.
-    digest = forms.digest(model_path) or timed.digest(model_path) or (
+    # So is the timed copy of the model (app.forms.timed): its digest was recorded when it was made.
+    digest = store.digest(model_path) or timed.digest(model_path) or (
         modelfile.expected_sha256() if settings.model_path is None else None)
     directory, why = compile_cache.choose(settings.baked_cache_dir, writable / "openvino", model_path, digest,
                                           precision=settings.precision)

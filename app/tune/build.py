@@ -1,4 +1,4 @@
-"""The build-time compile: ``python -m app.runtime.build --model PATH --out DIR``.
+"""The build-time compile: ``python -m app.tune.build --model PATH --out DIR``.
 
 Compiles the model into ``DIR/<key>/`` (the key of `app.runtime.compile_cache`) through the server's
 own OpenVINO backend (same compile properties), reloads it to prove OpenVINO imports it, runs one
@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from app.forms.modelfile import sha256_of
 from app.runtime.backends.base import Backend, Resolved
 from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.compile_cache import Target, cache_key, write_manifest
-from app.runtime.modelfile import sha256_of
 from app.sizing import CpuBudget, PoolShape, read_budget, shape_for
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
@@ -129,7 +129,7 @@ def prune_forms(cpus: int = 0) -> list[Path]:
     after the manifest is in place, with the budget it was tuned for (``cpus``); where no manifest applies to that
     budget nothing is removed. A server given other settings at run time that would want a removed form
     (``TTS_STREAMS`` changing the bridge's width) serves without it, logged, as where it was never made."""
-    from app.runtime import forms
+    from app.forms import store
     from app.runtime.backends.onnxruntime import saved_graphs
     from app.served import resolve
     from app.settings import Settings
@@ -149,7 +149,7 @@ def prune_forms(cpus: int = 0) -> list[Path]:
     spec = found.spec
     opened = {p.parent.resolve() for p in (spec.model_path, spec.bridge_path) if p is not None}
     removed = []
-    for record in sorted((baked / "forms").glob(f"*/*/{forms.RECORD}")):
+    for record in sorted((baked / "forms").glob(f"*/*/{store.RECORD}")):
         directory = record.parent
         if directory.resolve() in opened:
             continue
@@ -207,7 +207,7 @@ def _speak(backend: Backend) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app.runtime.build",
+    parser = argparse.ArgumentParser(prog="python -m app.tune.build",
                                      description="Compile the model ahead of time into DIR/<key>/ (OpenVINO) and save "
                                                  "ONNX Runtime's optimized graph into DIR/onnxruntime/.")
     parser.add_argument("--model", type=Path, help="the ONNX model the server will load (same path)")

@@ -1,10 +1,11 @@
-"""The tuned engine choice: what `python -m app tune` measured on this CPU, and how the server finds it.
+"""The tuning manifest: what `python -m app tune` measured and chose on this CPU, and how the server finds it.
 
 A manifest names one `Candidate` (backend, precision, streams x threads) chosen for a `TuneKey`: the
 CPU (brand string, instruction-set family, a digest of every feature flag), the CPU budget, the runtime
 versions and the model's sha256. The server uses the choice only when the key it computes at start
 matches the manifest's exactly; a manifest made on another CPU, another budget, other runtimes or
-another model is ignored with a log line, and the server falls back to the default form.
+another model is ignored with a log line, and the server falls back to the default form
+(`app.tune.choice`).
 
 Light on purpose: the server reads this at start, before anything heavy is imported (runtime versions
 come from package metadata, the CPU from ``/proc/cpuinfo``; nothing here imports a runtime).
@@ -12,10 +13,8 @@ come from package metadata, the CPU from ``/proc/cpuinfo``; nothing here imports
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
-import logging
 import os
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
@@ -23,9 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from app.runtime.cpu import cpu_flags, cpu_model_name, flags_digest, isa_family
-from app.runtime.forms import ONNXRUNTIME_ONLY as ONNXRUNTIME_FORMS
-
-log = logging.getLogger(__name__)
 
 FORMAT = 1
 DIRECTORY = "tuning"
@@ -44,7 +40,7 @@ class Candidate:
     """Concurrent inferences (OpenVINO streams or ONNX Runtime sessions), one pool slot each."""
     threads_per_stream: int
     form: str = "onnx"
-    """The model file it runs (`app.runtime.forms`): ``onnx`` is the model as shipped."""
+    """The model file it runs (`app.forms.store`): ``onnx`` is the model as shipped."""
 
     @property
     def name(self) -> str:
@@ -165,90 +161,3 @@ def _version(package: str) -> str:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return ""
-
-
-DEFAULT_BACKEND = "openvino"
-"""What ``TTS_BACKEND=auto`` serves with when no manifest matches this machine."""
-
-
-@dataclass(frozen=True)
-class EngineChoice:
-    """Which form the server runs, and why (shown by ``/v1/info`` and logged at start)."""
-
-    source: str
-    """``tuned`` (a manifest matched), ``default`` (auto, none matched) or ``forced`` (TTS_BACKEND named one)."""
-    backend: str
-    precision: str
-    reason: str
-    form: str = "onnx"
-    """The model form served (`app.runtime.forms`)."""
-    manifest: str | None = None
-    """Path of the manifest used."""
-    table: list[dict[str, Any]] = field(default_factory=list)
-    """The tuner's figures behind the choice."""
-    bridge_form: str = ""
-    """The form the ONNX Runtime bridge runs under this choice (`bridge_choice`); ``""``: the served form where ONNX
-    Runtime runs it, else the ONNX file as shipped."""
-    bridge: str = ""
-    """The figures behind ``bridge_form``, or ``""``."""
-
-    def public(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def resolve(settings: Any, cpus: int, model_sha256: str, writable: Path) -> tuple[Any, EngineChoice]:
-    """The settings to serve with and the choice behind them. ``settings`` is an `app.settings.Settings`
-    (typed loosely: this module stays importable without it); for ``backend=auto`` the tuned backend,
-    precision and shape replace the defaults, while streams or threads set explicitly stay."""
-    if settings.backend != "auto":
-        return settings, EngineChoice("forced", settings.backend, settings.precision,
-                                      f"TTS_BACKEND={settings.backend}")
-    key = TuneKey.here(cpus, model_sha256)
-    directories = [d for d in (settings.baked_cache_dir, writable) if d is not None]
-    found = find(list(dict.fromkeys(directories)), key)
-    if found.manifest is None:
-        log.info("engine: %s; serving with the default form (%s, %s)", found.reason, DEFAULT_BACKEND,
-                 settings.precision)
-        return (dataclasses.replace(settings, backend=DEFAULT_BACKEND),
-                EngineChoice("default", DEFAULT_BACKEND, settings.precision, found.reason))
-    choice = found.manifest.choice
-    tuned = dataclasses.replace(settings, backend=choice.backend, precision=choice.precision,
-                                streams=settings.streams or choice.streams,
-                                threads_per_stream=settings.threads_per_stream or choice.threads_per_stream)
-    log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
-    # Only an OpenVINO primary has a bridge (`app.runtime.spec.Spec.has_bridge`).
-    bridge_form, bridge = (bridge_choice(choice, found.manifest.table, tuned.streams * tuned.threads_per_stream)
-                           if choice.backend == "openvino" else ("", ""))
-    if bridge:
-        log.info("engine: the bridge runs the %s form: %s", bridge_form, bridge)
-    return tuned, EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
-                               str(found.path), found.manifest.table, bridge_form, bridge)
-
-
-def _throughputs(table: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:
-    """Audio-s per s of each row that ran and passed the output check, by (backend, form, precision, streams,
-    threads per stream)."""
-    return {(r.get("backend"), r.get("form", "onnx"), r.get("precision"), r.get("streams"),
-             r.get("threads_per_stream")): float(r.get("throughput") or 0.0) for r in table
-            if not r.get("error") and (r.get("check") or {}).get("passed", True)}
-
-
-def bridge_choice(choice: Candidate, table: list[dict[str, Any]], threads: int) -> tuple[str, str]:
-    """The form the ONNX Runtime bridge runs under ``choice``, and the figures behind it (``""`` where nothing was
-    compared). The bridge is one session on all ``threads``: under an OpenVINO primary it serves the first requests
-    after a start or a restore. Under a form only ONNX Runtime runs it runs that
-    form (one file for both); otherwise the ONNX Runtime form (`ONNXRUNTIME_FORMS`, or the file as shipped) that
-    made the most audio per second as one session of ``threads`` threads in the tuning run, where one of those
-    forms beat the file as shipped. That is how an OpenVINO primary gets a faster bridge: the tuner measures
-    ``convgemm`` 1 x N on every CPU (on the 2-vCPU AMD EPYC with AVX2 of 2026-12-04, 1.96 against 1.71 audio-s per
-    s for the file as shipped)."""
-    if choice.form in ONNXRUNTIME_FORMS:
-        return choice.form, ""
-    rows = _throughputs(table)
-    speeds = {form: rows.get(("onnxruntime", form, "f32", 1, threads), 0.0)
-              for form in ("onnx", *sorted(ONNXRUNTIME_FORMS))}
-    best = max(speeds, key=lambda form: speeds[form])
-    if best == "onnx" or not speeds["onnx"]:
-        return "onnx", ""
-    measured = ", ".join(f"{form} {speed:.2f}" for form, speed in speeds.items() if speed)
-    return best, f"audio-s per s in the tuning run as one ONNX Runtime session of {threads} threads: {measured}"

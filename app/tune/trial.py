@@ -1,6 +1,6 @@
 """One tuning trial: load one candidate exactly as the server would, drive every slot, measure.
 
-``python -m app.runtime.trial JOB.json`` is started by the tuner (`app.runtime.tuner`), one process per
+``python -m app.tune.trial JOB.json`` is started by the tuner (`app.tune.tuner`), one process per
 trial, so a runtime that crashes (OpenVINO has segfaulted in ``infer`` with bf16) only fails its trial,
 and the memory figure is the trial's own. The job names the candidate, the model, the compile cache and
 a ``.npz`` of model inputs (``<key>/tokens``, ``<key>/style``); the trial writes the audio of every input
@@ -30,8 +30,8 @@ import numpy.typing as npt
 
 from app.audio import SAMPLE_RATE
 from app.runtime import backends
-from app.runtime.tuning import Candidate
 from app.sizing import PoolShape
+from app.tune.manifest import Candidate
 from lifecycle import trim
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import numpy as np
 import psutil
 import pytest
 
-from app.runtime.outputcheck import check_chunk
+from app.tune.outputcheck import check_chunk
 from tests.conftest import LiveServer, live_server, until_primary
 
 TEXT = "Welcome back."

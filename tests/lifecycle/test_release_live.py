@@ -112,7 +112,7 @@ def test_release_after_the_window_frees_memory_and_page_cache_then_restores_same
     assert released_memory["billable"] < warm_memory["billable"]
     blob = max((cache_dir / "openvino").rglob("*.blob"), key=lambda p: p.stat().st_size)
     model = cache_dir / "models" / "kokoro-v1.0.int8.onnx"
-    served = cache_dir / "models" / "kokoro-v1.0.int8.timed.onnx"  # what the runtimes load (app.runtime.timed)
+    served = cache_dir / "models" / "kokoro-v1.0.int8.timed.onnx"  # what the runtimes load (app.forms.timed)
     for path in (blob, served, model):
         assert resident_bytes(path) < 0.05 * path.stat().st_size, f"{path} is still in the page cache ({mappers(path)})"
 

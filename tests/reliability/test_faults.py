@@ -22,7 +22,8 @@ import httpx
 import numpy as np
 import pytest
 
-from app.runtime import modelfile, outputcheck
+from app.forms import modelfile
+from app.tune import outputcheck
 from tests.conftest import ROOT, SPEECH_BACKEND, LiveServer, live_server, require
 
 TEXT = "A fault elsewhere must not touch this sentence."
@@ -42,7 +43,7 @@ def speak(server: LiveServer, text: str = TEXT) -> bytes:
 
 def assert_same_speech(audio: bytes, reference: bytes) -> None:
     """OpenVINO's audio from a damaged or constrained cache against the session server's (ONNX Runtime, the
-    reference of the output checks): the same speech within `app.runtime.outputcheck`'s tolerance."""
+    reference of the output checks): the same speech within `app.tune.outputcheck`'s tolerance."""
     def floats(pcm: bytes) -> np.ndarray:
         return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767
 

@@ -45,7 +45,7 @@ class Inference:
     """24 kHz samples, a fresh array the caller owns."""
     durations: npt.NDArray[np.int64] | None = None
     """Frames of 600 samples (25 ms) per input token, the pads at both ends included: they sum to the audio's
-    length. None where the model does not output them (`app.runtime.timed`)."""
+    length. None where the model does not output them (`app.forms.timed`)."""
 
 
 class Backend(Protocol):

@@ -9,7 +9,7 @@ is saved there and later opens load it with optimization off: 0.4 s instead of 0
 bit-identical audio (checked in tests/app/runtime/test_bridge_graph.py). The saved graph may hold
 CPU-specific layouts (NCHWc), so its name carries the ONNX Runtime version, the model file's
 identity and the CPU's instruction set family. ``baked_optimized_dir`` is a read-only place looked in
-first: the image build saves the graph there (`python -m app.runtime.build`), so that a container whose
+first: the image build saves the graph there (`python -m app.tune.build`), so that a container whose
 writable cache starts empty does not optimize the model at its first start (0.2 s to open the saved
 graph against 0.6-0.7 s to optimize and save it, measured on the Xeon with AMX).
 
@@ -21,7 +21,7 @@ pool's, the bridge kept beside them) map the same pages instead of each packing 
 anonymous memory warm instead of 479-480 MB, mapped files 154 instead of 66 MB (2-vCPU AMD EPYC with AVX2,
 bench/results/prepacked-20261204). The packed layout is the kernels' choice for this very CPU,
 so such a graph is named for a digest of its feature flags, not its family; the image keeps the portable graph
-(`app.runtime.build`), which is opened when no packed one was saved on this CPU.
+(`app.tune.build`), which is opened when no packed one was saved on this CPU.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime import cpu, timed
+from app.forms import timed
+from app.runtime import cpu
 from app.runtime.backends.base import Inference, Resolved, last_line, package_dirs
 from app.sizing import PoolShape
 
@@ -111,7 +112,7 @@ class OnnxRuntimeBackend:
         else:
             self._sessions = self._sized_sessions(ort, self._shape.streams)
             streams, threads = self._shape.streams, self._shape.threads
-        # A timed model (app.runtime.timed) has the durations as its second output.
+        # A timed model (app.forms.timed) has the durations as its second output.
         names = [o.name for o in self._sessions[0].get_outputs()]
         self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]
         return Resolved(

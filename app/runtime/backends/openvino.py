@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.runtime import timed
+from app.forms import timed
 from app.runtime.backends.base import Inference, Resolved, last_line, package_dirs
 from app.sizing import PoolShape
 
@@ -39,7 +39,7 @@ class OpenVinoBackend:
         self._compiled: Any = None
         self._requests: list[Any] = []
         self._timed = False
-        """Whether the model outputs the per-token durations (its second output, `app.runtime.timed`)."""
+        """Whether the model outputs the per-token durations (its second output, `app.forms.timed`)."""
 
     @property
     def loaded(self) -> bool:

@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime import convgemm, forms, modelfile, outputcheck, tuner, tuning
+from app.forms import convgemm, modelfile, store
 from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.settings import Settings
 from app.sizing import PoolShape
 from app.text.vocab import Vocab
+from app.tune import candidates, manifest, outputcheck
+from app.tune.choice import EngineChoice, resolve_engine
 from app.voices import VoiceBank
 
 
@@ -105,27 +107,27 @@ def test_a_model_without_quantized_convolutions_makes_no_form(tmp_path: Path) ->
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "float.onnx"))
     with pytest.raises(ValueError, match="no dynamically quantized convolution"):
-        forms._make(forms.CONVGEMM, forms._MAKERS[forms.CONVGEMM], tmp_path / "float.onnx", "ab" * 32,
+        store._make(store.CONVGEMM, store._MAKERS[store.CONVGEMM], tmp_path / "float.onnx", "ab" * 32,
                     tmp_path / "form")
     assert not (tmp_path / "form").exists() and not list(tmp_path.glob(".form*"))  # nothing half made is left
 
 
 def test_the_tuner_measures_onnxruntime_on_the_convgemm_form_at_every_shape() -> None:
-    found = {c.name for c in tuner.candidates(2, frozenset({"avx2"})) if c.form == forms.CONVGEMM}
+    found = {c.name for c in candidates.candidates(2, frozenset({"avx2"})) if c.form == store.CONVGEMM}
     assert found == {"onnxruntime-convgemm-f32-2x1", "onnxruntime-convgemm-f32-1x2"}
-    assert forms.CONVGEMM in forms.ONNXRUNTIME_ONLY and forms.CONVGEMM not in forms.OPENVINO_ONLY
+    assert store.CONVGEMM in store.ONNXRUNTIME_ONLY and store.CONVGEMM not in store.OPENVINO_ONLY
 
 
 @pytest.fixture(scope="module")
 def baked_form(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """A baked cache directory holding the convgemm form made for real from the model the server serves (its timed
-    copy, `app.runtime.timed`), as the tuner and the image build make it; the form's file; the served model's
+    copy, `app.forms.timed`), as the tuner and the image build make it; the form's file; the served model's
     sha256 (the tuning key's)."""
     from app.served import served_model
 
     model, digest = served_model(Settings(cache_dir=cache_dir), cache_dir)
     baked = tmp_path_factory.mktemp("baked")
-    return baked, forms.path(forms.CONVGEMM, model, baked, digest), digest
+    return baked, store.path(store.CONVGEMM, model, baked, digest), digest
 
 
 def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, tmp_path: Path,
@@ -134,7 +136,7 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
     ONNX Runtime on the model: two lengths (the tuning corpus's longest chunk among them)."""
     model = modelfile.resolve(None, [cache_dir / "models"])
     made = baked_form[1]
-    assert made.name == forms.ONNX_MODEL and forms.digest(made) is not None
+    assert made.name == store.ONNX_MODEL and store.digest(made) is not None
     reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
                                 optimized_dir=tmp_path / "onnxruntime")
@@ -153,30 +155,30 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
 
 def test_a_bridge_form_measured_faster_is_found_where_it_was_made_else_the_bridge_runs_the_file(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """`app.served` gives the bridge the form `tuning.bridge_choice` picked where it is made (never makes it at
+    """`app.served` gives the bridge the form `app.tune.choice.bridge_choice` picked where it is made (never makes it at
     start), else the file it ran before."""
     from app import served
 
-    monkeypatch.setitem(forms._MAKERS, forms.CONVGEMM, lambda source, directory: (directory / forms.ONNX_MODEL)
+    monkeypatch.setitem(store._MAKERS, store.CONVGEMM, lambda source, directory: (directory / store.ONNX_MODEL)
                         .write_bytes(b"graph"))
-    monkeypatch.setattr(forms, "_make_isolated", lambda form, source, digest, directory: forms._make(
-        form, forms._MAKERS[form], source, digest, directory))
+    monkeypatch.setattr(store, "_make_isolated", lambda form, source, digest, directory: store._make(
+        form, store._MAKERS[form], source, digest, directory))
     source = tmp_path / "model.onnx"
     source.write_bytes(b"model")
     settings = Settings(cache_dir=tmp_path / "cache", baked_cache_dir=tmp_path / "baked")
-    choice = tuning.EngineChoice("tuned", "openvino", "f32", "ov", forms.DEQUANT, bridge_form=forms.CONVGEMM)
+    choice = EngineChoice("tuned", "openvino", "f32", "ov", store.DEQUANT, bridge_form=store.CONVGEMM)
     ir = tmp_path / "ir.xml"
     with caplog.at_level(logging.WARNING, logger="app.served"):
         assert served._bridge_path(settings, choice, ir, source, tmp_path / "w", "ab" * 32) == source
         assert served._bridge_path(settings, choice, source, source, tmp_path / "w", "ab" * 32) is None
     assert "the bridge's convgemm form is not made here" in caplog.text and not (tmp_path / "w").exists()
-    made = forms.path(forms.CONVGEMM, source, tmp_path / "baked", "ab" * 32)
+    made = store.path(store.CONVGEMM, source, tmp_path / "baked", "ab" * 32)
     assert served._bridge_path(settings, choice, ir, source, tmp_path / "w", "ab" * 32) == made
     assert served._bridge_path(settings, choice, source, source, tmp_path / "w", "ab" * 32) == made
     # Under the convgemm form itself the bridge runs the served file; under the shipped file's choice, that file.
-    own = dataclasses.replace(choice, backend="onnxruntime", form=forms.CONVGEMM)
+    own = dataclasses.replace(choice, backend="onnxruntime", form=store.CONVGEMM)
     assert served._bridge_path(settings, own, made, source, tmp_path / "w", "ab" * 32) is None
-    shipped = dataclasses.replace(choice, bridge_form=forms.ONNX)
+    shipped = dataclasses.replace(choice, bridge_form=store.ONNX)
     assert served._bridge_path(settings, shipped, ir, source, tmp_path / "w", "ab" * 32) == source
 
 
@@ -191,14 +193,14 @@ def test_a_server_whose_tuning_run_found_the_form_faster_on_all_threads_bridges_
     from tests.conftest import live_server
 
     baked, made, digest = baked_form
-    ov_2x1 = tuning.Candidate("openvino", "f32", 2, 1)
+    ov_2x1 = manifest.Candidate("openvino", "f32", 2, 1)
     table = [{"backend": backend, "form": form, "precision": "f32", "streams": streams,
               "threads_per_stream": threads, "throughput": throughput, "error": ""}
              for backend, form, streams, threads, throughput in (
                  ("openvino", "onnx", 2, 1, 5.0), ("onnxruntime", "onnx", 1, 2, 2.0),
                  ("onnxruntime", "convgemm", 1, 2, 3.0))]
-    here = tuning.TuneKey.here(read_budget().cpus, digest)
-    tuning.write(baked, tuning.Manifest(key=here, choice=ov_2x1, why="ov 2 x 1", table=table))
+    here = manifest.TuneKey.here(read_budget().cpus, digest)
+    manifest.write(baked, manifest.Manifest(key=here, choice=ov_2x1, why="ov 2 x 1", table=table))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
                               json={"input": "The bridge runs the faster form.", "voice": "af_heart",
@@ -220,11 +222,12 @@ def test_an_onnx_runtime_primary_has_no_bridge_whatever_its_tuning_run_measured(
               threads, "throughput": throughput, "error": ""}
              for form, streams, threads, throughput in (("onnx", 2, 1, 5.0), ("onnx", 1, 2, 2.0),
                                                          ("convgemm", 1, 2, 3.0))]
-    here = tuning.TuneKey.here(2, "ab" * 32)
+    here = manifest.TuneKey.here(2, "ab" * 32)
     for backend, bridged in (("onnxruntime", False), ("openvino", True)):
-        tuning.write(tmp_path, tuning.Manifest(key=here, choice=tuning.Candidate(backend, "f32", 2, 1), why="",
+        manifest.write(tmp_path, manifest.Manifest(key=here, choice=manifest.Candidate(backend, "f32", 2, 1), why="",
                                                table=table))
-        settings, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+        choice = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
+        settings = dataclasses.replace(Settings(), backend=choice.backend)
         assert (choice.bridge_form == "convgemm") is bridged
         spec = Spec(settings, Path("m.onnx"), PoolShape(2, 1), tmp_path)
         assert spec.has_bridge is bridged

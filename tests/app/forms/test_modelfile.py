@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
+from app.forms import modelfile
 from app.http.server import create_app
-from app.runtime import modelfile
 from app.settings import Settings
 from app.voices import VoiceBank
 

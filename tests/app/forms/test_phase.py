@@ -1,4 +1,4 @@
-"""The harmonic source's phase in fixed point (`app.runtime.phase`): applied to the real export, the float running
+"""The harmonic source's phase in fixed point (`app.forms.phase`): applied to the real export, the float running
 sum is gone and ONNX Runtime's audio on the rewritten graph still passes the output check against the original.
 That bf16 then keeps the voice is tested with the form (tests/app/runtime/test_forms.py, where the CPU has bf16)."""
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.runtime import modelfile, outputcheck, phase
+from app.forms import modelfile, phase
 from app.text.vocab import Vocab
+from app.tune import outputcheck
 from app.voices import VoiceBank
 
 

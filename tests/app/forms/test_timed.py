@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime import modelfile, timed
+from app.forms import modelfile, timed
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
 

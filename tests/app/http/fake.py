@@ -37,7 +37,7 @@ class FakeRuntime:
         """Set when an inference begins (so a test knows a request holds its slot)."""
         self._loaded = False
         self.timed = True
-        """Whether it returns durations, as a timed model does (`app.runtime.timed`)."""
+        """Whether it returns durations, as a timed model does (`app.forms.timed`)."""
 
     @property
     def loaded(self) -> bool:

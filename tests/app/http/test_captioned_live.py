@@ -15,7 +15,7 @@ import httpx
 import pytest
 import soundfile as sf
 
-from app.runtime import modelfile, timed
+from app.forms import modelfile, timed
 from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 TEXT = ("The first sentence is short. The second one, which has a clause, is a little longer than that. "

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.runtime import cpu, modelfile
+from app.forms import modelfile
+from app.runtime import cpu
 from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.sizing import PoolShape
 from app.text.vocab import Vocab
@@ -56,7 +57,7 @@ def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_pa
 def test_a_bridge_opened_unpacked_speaks_within_the_output_check(model: Path, tmp_path: Path) -> None:
     """``pack_at_open=False`` (the restore bridge: `app.runtime.backends.bridge`) opens the saved graph without packing
     its weights (their layout differs, so the audio is not bit-identical, but as close to the reference)."""
-    from app.runtime.outputcheck import THRESHOLDS, mel_distance
+    from app.tune.outputcheck import THRESHOLDS, mel_distance
 
     plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
     plain.load()
@@ -125,9 +126,9 @@ def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: 
 
 
 def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_path: Path) -> None:
-    """The image build saves the graph into the baked cache (`app.runtime.build.save_bridge_graph`); a server
+    """The image build saves the graph into the baked cache (`app.tune.build.save_bridge_graph`); a server
     whose writable cache starts empty opens that one and optimizes nothing."""
-    from app.runtime.build import save_bridge_graph
+    from app.tune.build import save_bridge_graph
 
     baked = save_bridge_graph(model, tmp_path / "baked")
     reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True)
@@ -215,19 +216,19 @@ def test_a_graph_saved_into_memory_keeps_no_packed_weights(model: Path, tmp_path
 
 def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cpu(
         cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`python -m app.runtime.build --packed-for-choice` (the Containerfile's last tuning step) saves, for what the
+    """`python -m app.tune.build --packed-for-choice` (the Containerfile's last tuning step) saves, for what the
     tuned choice opens with ONNX Runtime, the packed graph into the baked cache; a server there opens it and writes
     nothing."""
-    from app.runtime import tuning
-    from app.runtime.build import main
     from app.served import served_model
     from app.settings import Settings
     from app.sizing import read_budget
+    from app.tune import manifest
+    from app.tune.build import main
 
     baked = tmp_path / "baked"
     digest = served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
-    choice = tuning.Candidate("onnxruntime", "f32", 1, 2)
-    tuning.write(baked, tuning.Manifest(key=tuning.TuneKey.here(read_budget().cpus, digest), choice=choice,
+    choice = manifest.Candidate("onnxruntime", "f32", 1, 2)
+    manifest.write(baked, manifest.Manifest(key=manifest.TuneKey.here(read_budget().cpus, digest), choice=choice,
                                         why="ort 1 x 2", table=[]))
     monkeypatch.setenv("TTS_BAKED_CACHE_DIR", str(baked))
     monkeypatch.setenv("TTS_CACHE_DIR", str(cache_dir))
@@ -273,19 +274,20 @@ def test_a_baked_cache_that_is_the_writable_one_holds_no_baked_graphs(tmp_path: 
 
 def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
         cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`python -m app.runtime.build --prune-forms` (the Containerfile's tuning step): the forms the tuning run made
+    """`python -m app.tune.build --prune-forms` (the Containerfile's tuning step): the forms the tuning run made
     but the tuned server never opens leave the image, with ONNX Runtime's graphs of them; the chosen form, its
     graphs and every other graph stay."""
     import json
 
     import onnxruntime
 
-    from app.runtime import forms, tuning
+    from app.forms import store
     from app.runtime.backends.onnxruntime import graph_prefix
-    from app.runtime.build import main
     from app.served import served_model
     from app.settings import Settings
     from app.sizing import read_budget
+    from app.tune import manifest
+    from app.tune.build import main
 
     baked = tmp_path / "baked"
     digest = served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
@@ -293,12 +295,12 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
     graphs.mkdir(parents=True)
 
     def fake_form(form: str, files: dict[str, bytes]) -> Path:
-        directory = baked / forms._relative(form, digest)
+        directory = baked / store._relative(form, digest)
         directory.mkdir(parents=True)
         for name, content in files.items():
             (directory / name).write_bytes(content)
         record = {"form": form, "files": {n: len(c) for n, c in files.items()}, "sha256": form * 8}
-        (directory / forms.RECORD).write_text(json.dumps(record))
+        (directory / store.RECORD).write_text(json.dumps(record))
         return directory
 
     def fake_graphs(model: Path) -> list[Path]:
@@ -309,15 +311,15 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
             path.write_bytes(b"graph")
         return saved
 
-    convgemm = fake_form(forms.CONVGEMM, {forms.ONNX_MODEL: b"a convgemm graph"})
-    dequant = fake_form(forms.DEQUANT, {forms.MODEL: b"<xml/>", "model.bin": b"weights"})
-    convgemm_graphs = fake_graphs(convgemm / forms.ONNX_MODEL)
+    convgemm = fake_form(store.CONVGEMM, {store.ONNX_MODEL: b"a convgemm graph"})
+    dequant = fake_form(store.DEQUANT, {store.MODEL: b"<xml/>", "model.bin": b"weights"})
+    convgemm_graphs = fake_graphs(convgemm / store.ONNX_MODEL)
     shipped_graph = graphs / "kokoro-v1.0.int8.timed-1-2-ort1.0-avx2.onnx"
     shipped_graph.write_bytes(b"graph")
 
     def tune(form: str, cpus: int) -> None:
-        choice = tuning.Candidate("onnxruntime", "f32", 1, cpus, form=form)
-        tuning.write(baked, tuning.Manifest(key=tuning.TuneKey.here(cpus, digest), choice=choice,
+        choice = manifest.Candidate("onnxruntime", "f32", 1, cpus, form=form)
+        manifest.write(baked, manifest.Manifest(key=manifest.TuneKey.here(cpus, digest), choice=choice,
                                             why=f"{form} 1 x {cpus}", table=[]))
 
     monkeypatch.setenv("TTS_BAKED_CACHE_DIR", str(baked))
@@ -325,7 +327,7 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
     # Tuned for one CPU (the Containerfile's TUNE_CPUS) on a machine of more: resolved for this machine's budget no
     # manifest applies and every form would look unused, so none is removed; resolved for the tuning's, as the
     # image's server will, the unused one goes.
-    tune(forms.CONVGEMM, 1)
+    tune(store.CONVGEMM, 1)
     if read_budget().cpus > 1:
         assert main(["--prune-forms"]) == 0
         assert dequant.is_dir() and convgemm.is_dir()
@@ -333,7 +335,7 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
     assert not dequant.exists() and convgemm.is_dir() and all(g.is_file() for g in convgemm_graphs)
     assert shipped_graph.is_file()
     # Chosen the file as shipped (no form), the convgemm form and its graphs, portable and packed, leave too.
-    tune(forms.ONNX, read_budget().cpus)
+    tune(store.ONNX, read_budget().cpus)
     assert main(["--prune-forms"]) == 0
     assert not convgemm.exists() and not any(g.exists() for g in convgemm_graphs)
     assert sorted(graphs.iterdir()) == [shipped_graph] and not list((baked / "forms").glob("*/*"))

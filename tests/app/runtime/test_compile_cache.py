@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from app.runtime import build, compile_cache, modelfile
+from app.forms import modelfile
+from app.runtime import compile_cache
 from app.runtime.compile_cache import Target, cache_key, choose, write_manifest
+from app.tune import build
 
 HERE = Target(openvino="2026.4.1-22982-e213a147257-releases/2026/4", isa="avx2", device="AMD EPYC")
 SHA = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
@@ -27,7 +29,7 @@ def model(tmp_path: Path) -> Path:
 
 
 def bake(baked: Path, model: Path, target: Target = HERE, blob: bytes = b"compiled" * 1000) -> Path:
-    """A baked cache as ``python -m app.runtime.build`` leaves it, without compiling anything."""
+    """A baked cache as ``python -m app.tune.build`` leaves it, without compiling anything."""
     key = cache_key(model.resolve(), None, target=target)
     directory = baked / key
     directory.mkdir(parents=True)

@@ -13,10 +13,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app.runtime import outputcheck, tuner, tuning
-from app.runtime.tuning import Candidate, Manifest, TuneKey
 from app.settings import Settings
 from app.sizing import read_budget
+from app.tune import candidates, outputcheck, ranking, tuner
+from app.tune.choice import DEFAULT_BACKEND, bridge_choice, resolve_engine
+from app.tune.manifest import Candidate, Manifest, TuneKey, find, write
 from lifecycle import trim
 from tests.conftest import live_server
 
@@ -44,14 +45,14 @@ def test_the_key_describes_this_machine() -> None:
 
 def test_a_matching_manifest_is_found_and_others_are_ignored_with_the_reason(tmp_path: Path) -> None:
     here = key()
-    tuning.write(tmp_path / "baked", manifest(key(cpu="Some Other CPU")))
-    tuning.write(tmp_path / "baked", manifest(key(cpus=16)))
-    missed = tuning.find([tmp_path / "baked"], here)
+    write(tmp_path / "baked", manifest(key(cpu="Some Other CPU")))
+    write(tmp_path / "baked", manifest(key(cpus=16)))
+    missed = find([tmp_path / "baked"], here)
     assert missed.manifest is None
     assert "'Some Other CPU'" in missed.reason and "cpus 16 (here 2)" in missed.reason
 
-    tuning.write(tmp_path / "writable", manifest(here))
-    found = tuning.find([tmp_path / "baked", tmp_path / "writable"], here)
+    write(tmp_path / "writable", manifest(here))
+    found = find([tmp_path / "baked", tmp_path / "writable"], here)
     assert found.manifest is not None and found.manifest.choice == ORT_1X2
     assert found.path is not None and found.path.parent == tmp_path / "writable" / "tuning"
 
@@ -60,25 +61,27 @@ def test_an_unreadable_manifest_is_skipped(tmp_path: Path) -> None:
     folder = tmp_path / "tuning"
     folder.mkdir()
     (folder / "broken.json").write_text("{not json")
-    assert "unreadable" in tuning.find([tmp_path], key()).reason
+    assert "unreadable" in find([tmp_path], key()).reason
 
 
 def test_resolve_forced_default_and_tuned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    forced, choice = tuning.resolve(Settings(backend="onnxruntime"), 2, "ab" * 32, tmp_path)
-    assert forced.backend == "onnxruntime" and choice.source == "forced"
+    forced = resolve_engine(Settings(backend="onnxruntime", streams=3), 2, "ab" * 32, tmp_path)
+    assert (forced.backend, forced.source, forced.streams, forced.threads_per_stream) == ("onnxruntime", "forced", 3, 0)
 
-    with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
-        default, choice = tuning.resolve(Settings(baked_cache_dir=tmp_path / "baked"), 2, "ab" * 32, tmp_path)
-    assert default.backend == tuning.DEFAULT_BACKEND and choice.source == "default"
+    with caplog.at_level(logging.INFO, logger="app.tune.choice"):
+        default = resolve_engine(Settings(baked_cache_dir=tmp_path / "baked"), 2, "ab" * 32, tmp_path)
+    assert default.backend == DEFAULT_BACKEND and default.source == "default"
     assert "no tuning manifest" in caplog.text
 
-    tuning.write(tmp_path, manifest(TuneKey.here(2, "ab" * 32)))
-    tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+    write(tmp_path, manifest(TuneKey.here(2, "ab" * 32)))
+    tuned = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
     assert (tuned.backend, tuned.streams, tuned.threads_per_stream) == ("onnxruntime", 1, 2)
-    assert choice.source == "tuned" and choice.reason == "onnxruntime-f32-1x2 was fastest" and choice.table
+    assert tuned.source == "tuned" and tuned.reason == "onnxruntime-f32-1x2 was fastest" and tuned.table
     # A shape set explicitly stays.
-    pinned, _ = tuning.resolve(Settings(streams=2), 2, "ab" * 32, tmp_path)
+    pinned = resolve_engine(Settings(streams=2), 2, "ab" * 32, tmp_path)
     assert (pinned.streams, pinned.threads_per_stream) == (2, 2)
+    # /v1/info's ``engine`` shows the choice as before; the shape served is its ``pool``.
+    assert "streams" not in tuned.public() and tuned.public()["form"] == "onnx"
 
 
 def row(candidate: Candidate, throughput: float, error: str = "") -> dict[str, Any]:
@@ -97,64 +100,64 @@ CONVGEMM_1X2 = Candidate("onnxruntime", "f32", 1, 2, "convgemm")
 
 def test_the_bridge_runs_the_onnx_runtime_form_that_was_fastest_on_all_threads() -> None:
     table = [*XEON_TABLE, row(CONVGEMM_1X2, 2.60)]
-    form, why = tuning.bridge_choice(BF16_2X1, table, 2)
+    form, why = bridge_choice(BF16_2X1, table, 2)
     assert form == "convgemm" and why == ("audio-s per s in the tuning run as one ONNX Runtime session of 2 threads: "
                                           "onnx 2.13, convgemm 2.60")
-    assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.0)], 2) == ("onnx", "")  # slower
+    assert bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.0)], 2) == ("onnx", "")  # slower
     failed = {**row(CONVGEMM_1X2, 2.60), "check": {"passed": False}}
-    assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, failed], 2) == ("onnx", "")  # never a form that fails
-    assert tuning.bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.60, error="crashed")], 2)[0] == "onnx"
-    assert tuning.bridge_choice(BF16_2X1, [row(CONVGEMM_1X2, 2.60)], 2)[0] == "onnx"  # the file not measured
-    assert tuning.bridge_choice(BF16_2X1, table, 4)[0] == "onnx"  # another shape than the one measured
+    assert bridge_choice(BF16_2X1, [*XEON_TABLE, failed], 2) == ("onnx", "")  # never a form that fails
+    assert bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.60, error="crashed")], 2)[0] == "onnx"
+    assert bridge_choice(BF16_2X1, [row(CONVGEMM_1X2, 2.60)], 2)[0] == "onnx"  # the file not measured
+    assert bridge_choice(BF16_2X1, table, 4)[0] == "onnx"  # another shape than the one measured
     # Under a form only ONNX Runtime runs, the bridge runs that form.
-    assert tuning.bridge_choice(Candidate("onnxruntime", "f32", 2, 1, "convgemm"), XEON_TABLE, 2) == ("convgemm", "")
+    assert bridge_choice(Candidate("onnxruntime", "f32", 2, 1, "convgemm"), XEON_TABLE, 2) == ("convgemm", "")
 
 
 def test_a_tuned_choice_names_the_bridge_form_it_measured_faster(tmp_path: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     here = TuneKey.here(2, "ab" * 32)
     table = [*XEON_TABLE, row(CONVGEMM_1X2, 2.60)]
-    tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=table))
-    with caplog.at_level(logging.INFO, logger="app.runtime.tuning"):
-        tuned, choice = tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)
+    write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=table))
+    with caplog.at_level(logging.INFO, logger="app.tune.choice"):
+        choice = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
     assert choice.bridge_form == "convgemm" and "convgemm 2.60" in choice.bridge
     assert "engine: the bridge runs the convgemm form" in caplog.text
-    tuning.write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
-    assert tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)[1].bridge_form == "onnx"
+    write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
+    assert resolve_engine(Settings(), 2, "ab" * 32, tmp_path).bridge_form == "onnx"
 
 
-def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> tuner.Result:
+def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> ranking.Result:
     verdict = outputcheck.Verdict(candidate.name, "ref", passed, 3, () if passed else ("t0/0",), 0,
                                   0.3 if passed else 1.2, 0.3)
-    return tuner.Result(candidate, [efficiency], [efficiency], check=verdict, error=error)
+    return ranking.Result(candidate, [efficiency], [efficiency], check=verdict, error=error)
 
 
 def test_a_form_that_fails_the_check_or_crashed_is_never_chosen() -> None:
-    best, why = tuner.choose([result(OV_2X1, 1.1), result(ORT_2X1, 3.0, passed=False),
+    best, why = ranking.choose([result(OV_2X1, 1.1), result(ORT_2X1, 3.0, passed=False),
                               result(ORT_1X2, 2.0, error="trial ended with signal 11")])
     assert best is not None and best.candidate == OV_2X1
     assert "not eligible" in why and ORT_2X1.name in why
-    assert tuner.choose([result(ORT_2X1, 3.0, passed=False)])[0] is None
+    assert ranking.choose([result(ORT_2X1, 3.0, passed=False)])[0] is None
 
 
 def test_openvino_keeps_ties_and_onnxruntime_wins_by_more() -> None:
-    tie, why = tuner.choose([result(ORT_2X1, 1.02), result(OV_2X1, 1.0)])
+    tie, why = ranking.choose([result(ORT_2X1, 1.02), result(OV_2X1, 1.0)])
     assert tie is not None and tie.candidate == OV_2X1 and "ties" in why
-    beaten, why = tuner.choose([result(ORT_2X1, 1.2), result(OV_2X1, 1.0)])
+    beaten, why = ranking.choose([result(ORT_2X1, 1.2), result(OV_2X1, 1.0)])
     assert beaten is not None and beaten.candidate == ORT_2X1 and "above the best OpenVINO form" in why
 
 
 def test_more_streams_win_a_tie_within_a_backend() -> None:
     """This Zen 5's tuning: ONNX Runtime 1 x 2 scored 2.8 % above 2 x 1; two streams let a first chunk start
     beside a running one, so 2 x 1 is chosen. Beyond the tie, or against another backend, the score decides."""
-    wider, why = tuner.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.49)])
+    wider, why = ranking.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.49)])
     assert wider is not None and wider.candidate == ORT_2X1 and "more streams" in why
-    best, why = tuner.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.3)])
+    best, why = ranking.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.3)])
     assert best is not None and best.candidate == ORT_1X2 and "more streams" not in why
     ov_1x2 = Candidate("openvino", "f32", 1, 2)
-    kept, why = tuner.choose([result(ov_1x2, 1.0), result(ORT_2X1, 1.01)])
+    kept, why = ranking.choose([result(ov_1x2, 1.0), result(ORT_2X1, 1.01)])
     assert kept is not None and kept.candidate == ov_1x2 and "ties" in why  # OpenVINO's tie, no wider OpenVINO
-    both, why = tuner.choose([result(ORT_1X2, 1.02), result(ov_1x2, 1.0), result(OV_2X1, 0.985)])
+    both, why = ranking.choose([result(ORT_1X2, 1.02), result(ov_1x2, 1.0), result(OV_2X1, 0.985)])
     assert both is not None and both.candidate == OV_2X1 and "ties" in why and "more streams" in why
 
 
@@ -166,17 +169,17 @@ def test_memory_priced_as_an_instance_bills_it_can_turn_the_choice() -> None:
     openvino.peak_rss_mb = 2565
     onnxruntime = result(ORT_2X1, 1.093)
     onnxruntime.peak_rss_mb = 529
-    by_cpu, _ = tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=2, memory_price=0.0, base_mb=400))
+    by_cpu, _ = ranking.choose([onnxruntime, openvino], ranking.Ranking(cpus=2, memory_price=0.0, base_mb=400))
     assert by_cpu is openvino
-    priced = tuner.Ranking(cpus=2, memory_price=0.111, base_mb=400)
-    by_cost, why = tuner.choose([onnxruntime, openvino], priced)
+    priced = ranking.Ranking(cpus=2, memory_price=0.111, base_mb=400)
+    by_cost, why = ranking.choose([onnxruntime, openvino], priced)
     assert by_cost is onnxruntime, why
-    assert priced.score(onnxruntime) > priced.score(openvino) * (1 + tuner.TIE)
+    assert priced.score(onnxruntime) > priced.score(openvino) * (1 + ranking.TIE)
     assert "GiB" in why and "--memory-price" in why and "above the best OpenVINO form" in why
     # The score is audio per unit of instance cost: efficiency / (1 + price x GiB / vCPUs).
     assert priced.score(onnxruntime) == pytest.approx(1.093 / (1 + 0.111 * (529 + 400) / 1024 / 2))
     # On a budget with more vCPUs the same memory weighs less, and the efficiency gap decides again.
-    assert tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=16, memory_price=0.111, base_mb=400))[0] \
+    assert ranking.choose([onnxruntime, openvino], ranking.Ranking(cpus=16, memory_price=0.111, base_mb=400))[0] \
         is openvino
 
 
@@ -184,16 +187,16 @@ def test_the_memory_price_is_the_tuners_flag_not_a_setting(capsys: pytest.Captur
     with pytest.raises(SystemExit) as refused:
         tuner.main(["--memory-price", "-1"], Settings())
     assert refused.value.code == 2 and "--memory-price -1: must be between 0 and 10" in capsys.readouterr().err
-    assert tuner.MEMORY_PRICE == 0.111
+    assert ranking.MEMORY_PRICE == 0.111
 
 
 def test_candidates_fill_the_budget() -> None:
-    assert tuner.shapes(2) == [(2, 1), (1, 2)]
-    assert tuner.shapes(16) == [(16, 1), (8, 2), (4, 4)]
-    names = {c.name for c in tuner.candidates(2, frozenset({"avx2"}))}
+    assert candidates.shapes(2) == [(2, 1), (1, 2)]
+    assert candidates.shapes(16) == [(16, 1), (8, 2), (4, 4)]
+    names = {c.name for c in candidates.candidates(2, frozenset({"avx2"}))}
     assert names == {"openvino-dequant-f32-2x1", "openvino-dequant-f32-1x2", "onnxruntime-f32-2x1",
                      "onnxruntime-f32-1x2", "onnxruntime-convgemm-f32-2x1", "onnxruntime-convgemm-f32-1x2"}
-    bf16 = [c for c in tuner.candidates(2, frozenset({"avx512_bf16"})) if c.precision == "bf16"]
+    bf16 = [c for c in candidates.candidates(2, frozenset({"avx512_bf16"})) if c.precision == "bf16"]
     assert bf16 and all(c.form == "dequant16" for c in bf16)
 
 
@@ -238,7 +241,7 @@ def speak(url: str) -> bytes:
 
 
 def served_sha256(cache_dir: Path) -> str:
-    """The key's model hash as the server computes it: its timed copy's (app.runtime.timed), not the shipped file's."""
+    """The key's model hash as the server computes it: its timed copy's (app.forms.timed), not the shipped file's."""
     from app.served import served_model
 
     return served_model(Settings(cache_dir=cache_dir), cache_dir)[1]
@@ -247,7 +250,7 @@ def served_sha256(cache_dir: Path) -> str:
 def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, cache_dir: Path) -> None:
     baked = tmp_path / "baked"
     here = TuneKey.here(read_budget().cpus, served_sha256(cache_dir))
-    tuning.write(baked, manifest(here, ORT_1X2))
+    write(baked, manifest(here, ORT_1X2))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         info = httpx.get(f"{server.url}/v1/info").json()
         assert len(speak(server.url)) > 24000
@@ -263,11 +266,11 @@ def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, 
 def test_a_manifest_from_another_cpu_is_ignored_with_a_log_line(tmp_path: Path, cache_dir: Path) -> None:
     baked = tmp_path / "baked"
     other = dataclasses.replace(TuneKey.here(read_budget().cpus, served_sha256(cache_dir)), cpu="Another CPU")
-    tuning.write(baked, manifest(other, ORT_1X2))
+    write(baked, manifest(other, ORT_1X2))
     with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
         assert len(speak(server.url)) > 24000
         info = httpx.get(f"{server.url}/v1/info").json()
         log = server.log()
-    assert info["engine"]["source"] == "default" and info["backend"] == tuning.DEFAULT_BACKEND
+    assert info["engine"]["source"] == "default" and info["backend"] == DEFAULT_BACKEND
     assert info["resolved"]["backend"] == "openvino"
     assert "no tuning manifest matches this machine" in log and "'Another CPU'" in log
