@@ -82,7 +82,7 @@ def image(report: Report) -> str:
     require(podman("image", "exists", BASE, check=False).returncode == 0,
             f"base image {BASE} is not present locally (set TTS_CONTAINER_BASE, or run podman-setup.sh)", provided=True)
     # TUNE=0: the engine tuner adds about 3 minutes to a build on 2 vCPUs, more than the suite can spend; it is
-    # tested on its own (tests/app/runtime/test_tuning.py), and the image then serves OpenVINO (no manifest).
+    # tested on its own (tests/app/tune/test_tuning.py), and the image then serves OpenVINO (no manifest).
     args = ["build", "--build-arg", f"BASE={BASE}", "--build-arg", "TUNE=0", "-t", IMAGE, "-f", "Containerfile"]
     if PIP_CERT.is_file():  # the pip proxy's CA, as a build secret: used by pip, never stored in the image
         args += ["--secret", f"id=pipcert,src={PIP_CERT}"]

@@ -1,6 +1,6 @@
 """The harmonic source's phase in fixed point (`app.forms.phase`): applied to the real export, the float running
 sum is gone and ONNX Runtime's audio on the rewritten graph still passes the output check against the original.
-That bf16 then keeps the voice is tested with the form (tests/app/runtime/test_forms.py, where the CPU has bf16)."""
+That bf16 then keeps the voice is tested with the form (tests/app/forms/test_forms.py, where the CPU has bf16)."""
 
 from __future__ import annotations
 
