@@ -134,8 +134,9 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     options = Options(runtime_defaults=job.runtime_defaults, compile_cache=job.compile_cache,
                       in_process=True,  # CPU time is read from this process
                       bridge=False)  # the form measured, not the bridge
-    engine, _ = build_engine(settings, read_budget(), options)
-    parts = engine.restore()
+    built = build_engine(settings, read_budget(), options)
+    engine = built.engine
+    parts = built.state.restore()
     assert engine.resolved is not None
     corpus = corpus_mod.load(job.corpus)
     if job.items:
@@ -189,7 +190,7 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     for thread in threads:
         thread.join()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    engine.release()
+    built.state.release()
     gc.collect()
     if errors:
         raise RuntimeError(f"{job.name}: inference failed") from errors[0]

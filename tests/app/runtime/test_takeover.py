@@ -221,15 +221,17 @@ def test_a_release_starts_the_next_inference_process_and_in_process_nothing(cach
     from app.services import build_engine
     from app.sizing import read_budget
 
-    engine, _ = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
-                             Options(in_process=in_process))
+    built = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
+                         Options(in_process=in_process))
+    state = built.state
     try:
+        assert state.runtime is built.engine.runtime and state.frontend is built.engine.frontend
         if in_process:
-            assert engine.standby is None
+            assert state.standby is None
         else:
-            assert isinstance(engine.runtime, ProcessRuntime) and engine.standby == engine.runtime.idle_standby
+            assert isinstance(state.runtime, ProcessRuntime) and state.standby == state.runtime.idle_standby
     finally:
-        engine.close()
+        state.close()
 
 
 class Packing(Backend):
