@@ -9,9 +9,9 @@ Two audio figures: what the model made (``audio_s``, ``efficiency``), and what a
 (``delivered_audio_s``, ``delivered_efficiency``): each chunk with the model's edge silence trimmed as the
 server trims it at chunk joins (`app.silence`, in the worker thread as there). The model pads every chunk
 with about 0.27 s before and 0.6-0.75 s after the speech; the server keeps 0.05 s before and the pause the
-boundary calls for after (the last chunk keeps its tail), so over the study16 corpus it sends 83 % of the
-seconds the model made (146.8 of 176.5). A server's audio-s per CPU-s compares like with like against the
-delivered figure; the raw one counts padding the server never sends. The audio kept for the output checks is
+boundary calls for after (the last chunk keeps its tail), so it sends fewer seconds than the model made. A
+server's audio-s per CPU-s compares like with like against the delivered figure; the raw one counts padding the
+server never sends. The audio kept for the output checks is
 the model's, untrimmed.
 
 Jobs run in a process of their own (``python -m bench.inprocess --jobs FILE``, started by the runner), one
