@@ -5,13 +5,13 @@ trial process of its own (`app.runtime.trial`) on a fixed tuning corpus (`TUNING
 benchmark's), at full pool load. Its audio is compared, chunk by chunk, with ONNX Runtime's on the same
 model at one thread per session (`app.runtime.outputcheck`, the benchmark's check): a candidate that fails
 any chunk, or whose trial crashes, is never chosen. Trials run in interleaved rounds (A B C, A B C), so a
-noisy neighbour slows every candidate alike, and the choice is the highest score (`Ranking`): the median
-audio-seconds per CPU-second, less what the candidate's memory costs on an instance-billed platform
-(``--memory-price``, `MEMORY_PRICE` by default; 0 ranks by CPU efficiency alone). The result is a manifest
-keyed to this CPU, budget, runtimes and model (`app.runtime.tuning`).
+noisy neighbour slows every candidate alike, and the choice (`app.runtime.ranking`) is the highest score: the
+median audio-seconds per CPU-second, less what the candidate's memory costs on an instance-billed platform
+(``--memory-price``; 0 ranks by CPU efficiency alone). The result is a manifest keyed to this CPU, budget,
+runtimes and model (`app.runtime.tuning`).
 
-OpenVINO is the engine this server is built around, so it wins ties (within `TIE`); where ONNX Runtime
-scores higher by more than that, the tuner picks it and says so.
+OpenVINO is the engine this server is built around, so it wins ties; where ONNX Runtime scores higher by more
+than that, the tuner picks it and says so.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import psutil
 
 from app.runtime import cachedir, forms, modelfile, outputcheck
 from app.runtime.cpu import cpu_flags
+from app.runtime.ranking import MEMORY_PRICE, Ranking, Result, choose
 from app.runtime.spec import SERVER, Options
 from app.runtime.tuning import Candidate, Manifest, TuneKey, write
 from app.settings import Settings
@@ -44,15 +45,6 @@ from app.sizing import read_budget
 from lifecycle import trim
 
 log = logging.getLogger(__name__)
-
-TIE = 0.03
-"""OpenVINO keeps the choice unless another backend scores more than 3 % higher."""
-
-CHECK_MARGIN = 0.9
-"""A chosen form's worst log-mel distance on the tuning corpus must stay under 90 % of the output check's
-limit. The tuning corpus is small and the benchmark checks other text: OpenVINO bf16 here measured 0.72 on
-one run and 0.68 on the next against the 0.70 limit, so a form that only just passes on the tuning corpus
-can fail elsewhere; backend-to-backend differences in f32 sit near 0.50."""
 
 TUNING_TEXTS: tuple[tuple[str, str], ...] = (
     ("af_heart", "Thanks for calling."),
@@ -85,16 +77,13 @@ def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
     """Everything worth measuring on this CPU, at every shape of `shapes`: OpenVINO f32 on the dequantized form
     (`app.runtime.forms`), OpenVINO bf16 on its f16-stored twin where the CPU computes bf16 natively, and ONNX
     Runtime on the shipped model and on its ``convgemm`` form (the convolutions as GEMMs on int8 weights, which
-    MLAS runs faster than ``ConvInteger`` where measured: 1.27 x the whole inference on a 2-vCPU AMD EPYC with
-    AVX2; its output differs from the shipped graph's by the bias's rounding and, without VNNI, int16
-    saturation, so the output check and the measurement decide).
+    MLAS runs faster than ``ConvInteger`` where measured; its output differs from the shipped graph's by the
+    bias's rounding and, without VNNI, int16 saturation, so the output check and the measurement decide).
 
-    Left out, each dominated wherever it was measured: OpenVINO on the shipped export (f32: 0.85 against 1.08
-    audio-s per CPU-s for the dequantized form on an AMX Xeon, 1.33 against 1.42 on AMD Zen 4, with 0.9-1.0 GB
-    more memory; leaving it out took its two trials, 67 s, out of a 206 s tuning); the ``ir`` form (the shipped
-    graph, as fast, only saved); bf16 on the shipped graph (the dequantized form beat it by 2.2x at the same
-    distance); bf16 on the f32-stored dequantized form (the f16-stored one ran as fast within the noise with
-    about 400 MB less, bench/results/memory-20261202)."""
+    Left out, each dominated wherever it was measured (docs/experiments.md): OpenVINO on the shipped export
+    (slower than the dequantized form, with more memory, and its trials lengthened every tuning); the ``ir`` form
+    (the shipped graph, as fast, only saved); bf16 on the shipped graph (slower than the dequantized form at the
+    same distance); bf16 on the f32-stored dequantized form (the f16-stored one runs as fast with less memory)."""
     found: list[Candidate] = []
     bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
     for streams, threads in shapes(cpus):
@@ -104,74 +93,6 @@ def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
         found.append(Candidate("onnxruntime", "f32", streams, threads))
         found.append(Candidate("onnxruntime", "f32", streams, threads, form=forms.CONVGEMM))
     return found
-
-
-@dataclasses.dataclass
-class Result:
-    """A candidate's trials."""
-
-    candidate: Candidate
-    efficiencies: list[float] = dataclasses.field(default_factory=list)
-    throughputs: list[float] = dataclasses.field(default_factory=list)
-    peak_rss_mb: float = 0.0
-    load_s: float = 0.0
-    check: outputcheck.Verdict | None = None
-    error: str = ""
-
-    @property
-    def median(self) -> float:
-        return float(np.median(self.efficiencies)) if self.efficiencies else 0.0
-
-    @property
-    def eligible(self) -> bool:
-        check = self.check
-        return (not self.error and check is not None and check.passed and bool(self.efficiencies)
-                and check.max_mel_distance <= CHECK_MARGIN * outputcheck.THRESHOLDS.max_mel_distance)
-
-    def row(self) -> dict[str, Any]:
-        check = self.check
-        return {"candidate": self.candidate.name, **dataclasses.asdict(self.candidate),
-                "efficiency": round(self.median, 4), "efficiencies": [round(e, 4) for e in self.efficiencies],
-                "throughput": round(float(np.median(self.throughputs)), 4) if self.throughputs else 0.0,
-                "peak_rss_mb": round(self.peak_rss_mb, 1), "load_s": round(self.load_s, 2),
-                "check": None if check is None else {"passed": check.passed, "failed": len(check.failed),
-                                                    "max_mel_distance": round(check.max_mel_distance, 3),
-                                                    "max_abs_sample_diff": check.max_abs_sample_diff},
-                "chosen": False, "error": self.error}
-
-
-MEMORY_PRICE = 0.111
-"""The price of one GiB-second in vCPU-seconds that `Ranking` charges by default: Cloud Run's instance-based price
-($0.000002 per GiB-s over $0.000018 per vCPU-s; Fargate's is 0.110)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Ranking:
-    """How candidates are compared: audio per unit of instance cost.
-
-    An instance-billed platform bills, per second, its vCPUs and the memory it reserves; at full load a
-    candidate makes ``efficiency x cpus`` audio-seconds a second. With memory priced at ``memory_price``
-    vCPU-seconds per GiB-second, audio per cost is ``efficiency / (1 + memory_price x GiB / cpus)`` (in
-    audio-seconds per vCPU-second). A candidate's GiB is its trial's peak RSS (the inference process) plus
-    ``base_mb``, what the server's own process holds whatever the runtime (the front end and the voices,
-    measured in the tuning process). ``memory_price=0`` ranks by CPU efficiency alone."""
-
-    cpus: int = 1
-    memory_price: float = 0.0
-    base_mb: float = 0.0
-
-    def memory_gib(self, result: Result) -> float:
-        return (result.peak_rss_mb + self.base_mb) / 1024
-
-    def score(self, result: Result) -> float:
-        return result.median / (1 + self.memory_price * self.memory_gib(result) / self.cpus)
-
-    def describe(self, result: Result) -> str:
-        """``1.093 audio-s per CPU-s`` and, when memory is priced, the score and the memory behind it."""
-        text = f"{result.median:.3f} audio-s per CPU-s"
-        if self.memory_price:
-            text += f" at {self.memory_gib(result):.2f} GiB (score {self.score(result):.3f})"
-        return text
 
 
 Trial = Callable[[Candidate, dict[str, Any]], tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]]
@@ -230,52 +151,6 @@ def _worth_another(results: dict[Candidate, Result], candidate: Candidate, ranki
     result = results[candidate]
     best = max((ranking.score(r) for r in results.values() if r.eligible), default=0.0)
     return result.eligible and ranking.score(result) >= best * (1 - NEAR)
-
-
-def choose(results: list[Result], ranking: Ranking | None = None) -> tuple[Result | None, str]:
-    """The eligible result with the highest score (`Ranking`), OpenVINO winning ties; and one sentence saying
-    why. Without a ``ranking``, by CPU efficiency alone."""
-    ranking = ranking or Ranking()
-    eligible = sorted((r for r in results if r.eligible), key=ranking.score, reverse=True)
-    if not eligible:
-        return None, "no candidate passed the output check"
-    best = eligible[0]
-    measure = "score" if ranking.memory_price else "efficiency"
-    openvino = next((r for r in eligible if r.candidate.backend == "openvino"), None)
-    if openvino is not None and openvino is not best and ranking.score(openvino) >= ranking.score(best) * (1 - TIE):
-        return _more_streams(openvino, eligible, ranking, (
-            f"{openvino.candidate.name}: {ranking.describe(openvino)}, within {TIE:.0%} of "
-            f"{best.candidate.name} ({ranking.describe(best)}): OpenVINO keeps ties"))
-    wider = _more_streams(best, eligible, ranking, "")
-    if wider[0] is not best:
-        return wider
-    why = f"{best.candidate.name}: the highest {measure}, {ranking.describe(best)}"
-    if openvino is not None and best.candidate.backend != "openvino":
-        why += (f", {ranking.score(best) / ranking.score(openvino) - 1:.0%} above the best OpenVINO form "
-                f"({openvino.candidate.name}, {ranking.describe(openvino)})")
-    if ranking.memory_price:
-        why += (f"; memory priced at {ranking.memory_price:g} vCPU-s per GiB-s (--memory-price) on "
-                f"{ranking.cpus} vCPUs")
-    failed = [r.candidate.name for r in results if not r.eligible]
-    if failed:
-        why += f"; not eligible: {', '.join(failed)}"
-    return best, why
-
-
-def _more_streams(chosen: Result, eligible: list[Result], ranking: Ranking, why: str) -> tuple[Result, str]:
-    """``chosen``, or the same backend with more streams where that scores within `TIE` of it: more streams let a
-    new request's first chunk start beside a running chunk instead of waiting for it to end (2-vCPU Zen 5, ONNX
-    Runtime 2 x 1 against 1 x 2 at level efficiency: first audio p50 0.83-0.92 s against 0.99-1.36 s at 2 clients;
-    bench/results/latency-20261202-zen5-2x1)."""
-    rivals = [r for r in eligible if r.candidate.backend == chosen.candidate.backend
-              and r.candidate.streams > chosen.candidate.streams
-              and ranking.score(r) >= ranking.score(chosen) * (1 - TIE)]
-    if not rivals:
-        return chosen, why
-    wider = max(rivals, key=lambda r: (r.candidate.streams, ranking.score(r)))
-    return wider, (f"{wider.candidate.name}: {ranking.describe(wider)}, within {TIE:.0%} of "
-                   f"{chosen.candidate.name} ({ranking.describe(chosen)}) with more streams: a new request's first "
-                   "chunk waits less" + (f" (before that: {why})" if why else ""))
 
 
 def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0, cpus: int = 0,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.runtime import tuner
+from app.runtime import ranking, tuner
 from app.runtime.tuning import Candidate
 
 
@@ -21,6 +21,6 @@ def test_a_segfaulting_trial_fails_its_candidate_only(tmp_path: Path, monkeypatc
     monkeypatch.setattr(sys, "executable", str(crashing))
     with pytest.raises(RuntimeError, match=f"signal {int(signal.SIGSEGV)}"):
         tuner.subprocess_trial(Candidate("openvino", "bf16", 2, 1), {"folder": str(tmp_path), "round": 0})
-    result = tuner.Result(Candidate("openvino", "bf16", 2, 1), error=f"trial ended with signal {int(signal.SIGSEGV)}")
-    best, why = tuner.choose([result])
+    result = ranking.Result(Candidate("openvino", "bf16", 2, 1), error=f"trial ended with signal {int(signal.SIGSEGV)}")
+    best, why = ranking.choose([result])
     assert best is None and "no candidate" in why

@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app.runtime import outputcheck, tuner, tuning
+from app.runtime import outputcheck, ranking, tuner, tuning
 from app.runtime.tuning import Candidate, Manifest, TuneKey
 from app.settings import Settings
 from app.sizing import read_budget
@@ -123,38 +123,38 @@ def test_a_tuned_choice_names_the_bridge_form_it_measured_faster(tmp_path: Path,
     assert tuning.resolve(Settings(), 2, "ab" * 32, tmp_path)[1].bridge_form == "onnx"
 
 
-def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> tuner.Result:
+def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> ranking.Result:
     verdict = outputcheck.Verdict(candidate.name, "ref", passed, 3, () if passed else ("t0/0",), 0,
                                   0.3 if passed else 1.2, 0.3)
-    return tuner.Result(candidate, [efficiency], [efficiency], check=verdict, error=error)
+    return ranking.Result(candidate, [efficiency], [efficiency], check=verdict, error=error)
 
 
 def test_a_form_that_fails_the_check_or_crashed_is_never_chosen() -> None:
-    best, why = tuner.choose([result(OV_2X1, 1.1), result(ORT_2X1, 3.0, passed=False),
+    best, why = ranking.choose([result(OV_2X1, 1.1), result(ORT_2X1, 3.0, passed=False),
                               result(ORT_1X2, 2.0, error="trial ended with signal 11")])
     assert best is not None and best.candidate == OV_2X1
     assert "not eligible" in why and ORT_2X1.name in why
-    assert tuner.choose([result(ORT_2X1, 3.0, passed=False)])[0] is None
+    assert ranking.choose([result(ORT_2X1, 3.0, passed=False)])[0] is None
 
 
 def test_openvino_keeps_ties_and_onnxruntime_wins_by_more() -> None:
-    tie, why = tuner.choose([result(ORT_2X1, 1.02), result(OV_2X1, 1.0)])
+    tie, why = ranking.choose([result(ORT_2X1, 1.02), result(OV_2X1, 1.0)])
     assert tie is not None and tie.candidate == OV_2X1 and "ties" in why
-    beaten, why = tuner.choose([result(ORT_2X1, 1.2), result(OV_2X1, 1.0)])
+    beaten, why = ranking.choose([result(ORT_2X1, 1.2), result(OV_2X1, 1.0)])
     assert beaten is not None and beaten.candidate == ORT_2X1 and "above the best OpenVINO form" in why
 
 
 def test_more_streams_win_a_tie_within_a_backend() -> None:
     """This Zen 5's tuning: ONNX Runtime 1 x 2 scored 2.8 % above 2 x 1; two streams let a first chunk start
     beside a running one, so 2 x 1 is chosen. Beyond the tie, or against another backend, the score decides."""
-    wider, why = tuner.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.49)])
+    wider, why = ranking.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.49)])
     assert wider is not None and wider.candidate == ORT_2X1 and "more streams" in why
-    best, why = tuner.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.3)])
+    best, why = ranking.choose([result(ORT_1X2, 2.554), result(ORT_2X1, 2.3)])
     assert best is not None and best.candidate == ORT_1X2 and "more streams" not in why
     ov_1x2 = Candidate("openvino", "f32", 1, 2)
-    kept, why = tuner.choose([result(ov_1x2, 1.0), result(ORT_2X1, 1.01)])
+    kept, why = ranking.choose([result(ov_1x2, 1.0), result(ORT_2X1, 1.01)])
     assert kept is not None and kept.candidate == ov_1x2 and "ties" in why  # OpenVINO's tie, no wider OpenVINO
-    both, why = tuner.choose([result(ORT_1X2, 1.02), result(ov_1x2, 1.0), result(OV_2X1, 0.985)])
+    both, why = ranking.choose([result(ORT_1X2, 1.02), result(ov_1x2, 1.0), result(OV_2X1, 0.985)])
     assert both is not None and both.candidate == OV_2X1 and "ties" in why and "more streams" in why
 
 
@@ -166,17 +166,17 @@ def test_memory_priced_as_an_instance_bills_it_can_turn_the_choice() -> None:
     openvino.peak_rss_mb = 2565
     onnxruntime = result(ORT_2X1, 1.093)
     onnxruntime.peak_rss_mb = 529
-    by_cpu, _ = tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=2, memory_price=0.0, base_mb=400))
+    by_cpu, _ = ranking.choose([onnxruntime, openvino], ranking.Ranking(cpus=2, memory_price=0.0, base_mb=400))
     assert by_cpu is openvino
-    priced = tuner.Ranking(cpus=2, memory_price=0.111, base_mb=400)
-    by_cost, why = tuner.choose([onnxruntime, openvino], priced)
+    priced = ranking.Ranking(cpus=2, memory_price=0.111, base_mb=400)
+    by_cost, why = ranking.choose([onnxruntime, openvino], priced)
     assert by_cost is onnxruntime, why
-    assert priced.score(onnxruntime) > priced.score(openvino) * (1 + tuner.TIE)
+    assert priced.score(onnxruntime) > priced.score(openvino) * (1 + ranking.TIE)
     assert "GiB" in why and "--memory-price" in why and "above the best OpenVINO form" in why
     # The score is audio per unit of instance cost: efficiency / (1 + price x GiB / vCPUs).
     assert priced.score(onnxruntime) == pytest.approx(1.093 / (1 + 0.111 * (529 + 400) / 1024 / 2))
     # On a budget with more vCPUs the same memory weighs less, and the efficiency gap decides again.
-    assert tuner.choose([onnxruntime, openvino], tuner.Ranking(cpus=16, memory_price=0.111, base_mb=400))[0] \
+    assert ranking.choose([onnxruntime, openvino], ranking.Ranking(cpus=16, memory_price=0.111, base_mb=400))[0] \
         is openvino
 
 
@@ -184,7 +184,7 @@ def test_the_memory_price_is_the_tuners_flag_not_a_setting(capsys: pytest.Captur
     with pytest.raises(SystemExit) as refused:
         tuner.main(["--memory-price", "-1"], Settings())
     assert refused.value.code == 2 and "--memory-price -1: must be between 0 and 10" in capsys.readouterr().err
-    assert tuner.MEMORY_PRICE == 0.111
+    assert ranking.MEMORY_PRICE == 0.111
 
 
 def test_candidates_fill_the_budget() -> None:
