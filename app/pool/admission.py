@@ -27,7 +27,8 @@ class Admission:
       `StreamPool.playback` calls `start_playing` at a request's first audio and `stop_playing` at its end.
     - `holds` tells the schedule whether a first chunk must wait for real-time capacity (``realtime_factor`` > 0):
       while the players would need more than ``realtime_factor`` × the measured capacity (`Throughput.capacity`)
-      at 1x, never while fewer play than there are slots. The schedule ends a hold after ``max_hold_s``.
+      at 1x, never while fewer play than there are slots. The schedule ends a hold after ``max_hold_s``. A held
+      request is still admitted: the wait counts against the bounded queue, so beyond it new requests get 429.
     """
 
     def __init__(self, slots: int, queue_size: int, throughput: Throughput, *, realtime_factor: float = 0.0,
