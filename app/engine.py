@@ -8,19 +8,16 @@ Speech is a function of the request: the chunks are cut from the text by `app.te
 and the pool decides only when each one runs. So the same request gives the same bytes alone or
 under load, streamed or whole, before or after a release, wherever the same model form serves it.
 
-The engine is also what the lifecycle releases and restores (`release`, `restore`, `files`):
-it satisfies `lifecycle.protocol.Reclaimable` without knowing the lifecycle exists.
+The engine serves on a runtime and a front end it does not load: building and dropping them is
+`app.inference_state.InferenceState`'s, the lifecycle's side of the same objects.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import threading
-import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -72,15 +69,13 @@ class Spoken:
 
 
 class Engine:
+    """Plans requests and streams their audio. `plan` runs in a worker thread (the front end blocks); `stream_timed`
+    runs on the event loop and each inference in one of the pool's worker threads, on the slot the pool leased."""
+
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
-                 vocab: Vocab, *, default_lang: str, choice: EngineChoice | None = None, timestamps: bool = False,
-                 standby: Callable[[], None] | None = None, first_chunk_tokens: int = chunker.FIRST_CHUNK_TOKENS,
-                 second_chunk_tokens: int = chunker.SECOND_CHUNK_TOKENS,
-                 max_chunk_tokens: int = chunker.MAX_CHUNK_TOKENS) -> None:
+                 vocab: Vocab, *, default_lang: str, choice: EngineChoice | None = None,
+                 timestamps: bool = False) -> None:
         self.runtime = runtime
-        self.standby = standby
-        """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.idle_standby`: the next inference
-        process started and waiting); None: nothing is kept."""
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.forms.timed`): word timestamps."""
         self.choice = choice
@@ -90,10 +85,6 @@ class Engine:
         self.voices = voices
         self.vocab = vocab
         self.default_lang = default_lang
-        self.chunk_tokens = (first_chunk_tokens, second_chunk_tokens, max_chunk_tokens)
-        """The chunker's bounds: its constants, in the server (tests cut smaller chunks to have more joins)."""
-        self._state_lock = threading.Lock()
-        self._restores = 0
 
     # --- requests -------------------------------------------------------------------------
 
@@ -116,8 +107,7 @@ class Engine:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
             phoneme_text, spoken = self.frontend.phonemize_words(text, language.key)
-        first, second, most = self.chunk_tokens
-        chunks = tuple(chunker.chunk(phoneme_text, first, most, second))
+        chunks = tuple(chunker.chunk(phoneme_text))
         if not any(self.vocab.ids(c) for c in chunks):
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
         return Plan(voice=resolved, speed=speed, chunks=chunks, phonemes=phoneme_text, spoken=tuple(spoken))
@@ -137,7 +127,7 @@ class Engine:
 
         The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
         moment this generator resumes is when that audio left: the playback clock starts there
-        and each later chunk is scheduled by when the listener would run out (`app.pool.Playback`).
+        and each later chunk is scheduled by when the listener would run out (`app.pool.playback.Playback`).
         The clock decides when a chunk runs, never what it holds.
         """
         ids = [self.vocab.ids(c) for c in plan.chunks]
@@ -145,7 +135,7 @@ class Engine:
                   else [()] * len(plan.chunks))
         last = max(k for k, found in enumerate(ids) if found)
         sent = 0
-        with self.pool.playback() as clock:
+        with self.pool.playback() as playback:
             for k, phonemes in enumerate(plan.chunks):
                 if not ids[k]:
                     continue
@@ -155,12 +145,12 @@ class Engine:
                 pause_s = None if k == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
                 audio, cut, durations = await self.pool.run(
                     functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                    clock=clock, tokens=len(ids[k]), audio_s=lambda done: _audio_s(done[0]))
+                    playback=playback, tokens=len(ids[k]), audio_s=lambda done: _audio_s(done[0]))
                 heard = None if durations is None else tuple(timestamps.word_times(
                     placed[k], durations, cut=cut, kept=len(audio), offset=sent))
                 yield Spoken(audio, heard)
                 sent += len(audio)
-                clock.sent(_audio_s(audio))
+                playback.sent(_audio_s(audio))
                 if k == last:
                     return
 
@@ -177,7 +167,7 @@ class Engine:
         audio, cut = silence.trim_at(done.audio, pause_s=pause_s)
         return audio, cut, done.durations
 
-    # --- lifecycle (lifecycle.protocol.Reclaimable) ------------------------------------------
+    # --- what is served ---------------------------------------------------------------------
 
     @property
     def resolved(self) -> Resolved | None:
@@ -188,63 +178,3 @@ class Engine:
         """Whether a request may be planned before the state is restored, beside the restore: the front end (misaki)
         is loaded, and a release keeps it."""
         return self.frontend.loaded
-
-    def restore(self) -> dict[str, float]:
-        """Build inference state and the front end, in parallel; seconds per part.
-
-        The runtime's load is native code that releases the GIL, the front end's is mostly
-        Python: run side by side, a restore costs the longer of the two, not their sum. Where there is a
-        bridge (an OpenVINO primary), a load opens it and serves with it while the primary loads behind (see
-        `app.runtime.local`): at a restore once the bridge has served the waiting request, at the first load at
-        once, since no request waits yet.
-        """
-        with self._state_lock:
-            timings: dict[str, float] = {}
-            start = time.perf_counter()
-            frontend: threading.Thread | None = None
-            if not self.frontend.loaded:
-                def load_frontend() -> None:
-                    try:
-                        timings["frontend_s"] = self.frontend.load((self.default_lang,))
-                    except Exception:
-                        log.exception("the text front end failed to load")
-
-                frontend = threading.Thread(target=load_frontend, name="frontend-load", daemon=True)
-                frontend.start()
-            try:
-                if not self.runtime.loaded:
-                    first = self._restores == 0
-                    bridged = self.runtime.has_bridge
-                    loaded = (self.runtime.load_bridged(wait_for_request=not first) if bridged
-                              else self.runtime.load_primary())
-                    timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
-                    timings["warm_up_s"] = loaded.warm_up_s
-                    log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
-            finally:
-                if frontend is not None:
-                    frontend.join()
-            if not self.frontend.loaded:
-                raise RuntimeError("the text front end failed to load (see the log)")
-            timings["total_s"] = time.perf_counter() - start
-            self._restores += 1
-            return timings
-
-    def intact(self) -> bool:
-        """False when the inference state vanished on its own (the inference process died)."""
-        return self.runtime.intact()
-
-    def release(self) -> None:
-        with self._state_lock:
-            self.runtime.unload()
-            self.frontend.release_languages()
-            if self.standby is not None:
-                self.standby()
-
-    def close(self) -> None:
-        """At shutdown: end the inference process (and wait for it) rather than leave it to notice."""
-        with self._state_lock:
-            self.runtime.unload()
-            self.frontend.release_languages()
-
-    def files(self) -> list[Path]:
-        return self.runtime.files()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from app import served
 from app.engine import Engine
+from app.inference_state import InferenceState
 from app.metrics import Metrics
 from app.pool import DEADLINE_MARGIN_S, FIRST_CHUNK_CREDIT_S, REALTIME_FACTOR, REALTIME_MAX_HOLD_S, StreamPool
 from app.runtime.protocol import Runtime
@@ -19,6 +20,16 @@ from app.text.frontend import Frontend
 from lifecycle.manager import LifecycleManager
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Built:
+    """What `build_engine` wires: the engine that serves, the state the lifecycle releases and restores (the same
+    runtime and front end), and the pool's shape."""
+
+    engine: Engine
+    state: InferenceState
+    shape: PoolShape
 
 
 @dataclass
@@ -36,9 +47,10 @@ class Services:
         return self.engine.pool
 
 
-def build_engine(settings: Settings, budget: CpuBudget, options: Options = SERVER) -> tuple[Engine, PoolShape]:
-    """Resolve the model and voices and wire the engine; loads nothing heavy yet (blocking I/O). ``options``: where a
-    test or the benchmark runs the model otherwise than the server does."""
+def build_engine(settings: Settings, budget: CpuBudget, options: Options = SERVER) -> Built:
+    """Resolve the model and voices and wire the engine and its state, the one place the server builds them; loads
+    nothing heavy yet (blocking I/O). ``options``: where a test or the benchmark runs the model otherwise than the
+    server does."""
     found = served.resolve(settings, budget, options)
     settings, spec, shape = found.settings, found.spec, found.spec.shape
     runtime: Runtime
@@ -55,7 +67,8 @@ def build_engine(settings: Settings, budget: CpuBudget, options: Options = SERVE
     pool = StreamPool(shape.streams, queue, margin_s=DEADLINE_MARGIN_S, first_credit_s=FIRST_CHUNK_CREDIT_S,
                       realtime_factor=REALTIME_FACTOR, max_hold_s=REALTIME_MAX_HOLD_S)
     engine = Engine(runtime, pool, frontend, found.voices, found.vocab, default_lang=settings.lang,
-                    choice=found.choice, timestamps=found.timestamps, standby=standby)
+                    choice=found.choice, timestamps=found.timestamps)
+    state = InferenceState(runtime, frontend, default_lang=settings.lang, standby=standby)
     log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
              shape.threads_per_stream, queue)
-    return engine, shape
+    return Built(engine, state, shape)

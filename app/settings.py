@@ -199,7 +199,7 @@ def _convert(name: str, raw: str, kind: type) -> Any:
 
 
 _CHUNKING = "chunking depends on the text only (app/text/chunker.py)"
-_SCHEDULER = "a constant of the deadline scheduler (app/pool.py)"
+_SCHEDULER = "a constant of the deadline scheduler (app/pool/)"
 _BRIDGE = ("an OpenVINO primary always serves through the ONNX Runtime bridge while it loads, an ONNX Runtime "
            "primary never does")
 _EXPERIMENT = "an experiment that lost (docs/experiments.md)"

@@ -9,9 +9,9 @@ Two audio figures: what the model made (``audio_s``, ``efficiency``), and what a
 (``delivered_audio_s``, ``delivered_efficiency``): each chunk with the model's edge silence trimmed as the
 server trims it at chunk joins (`app.silence`, in the worker thread as there). The model pads every chunk
 with about 0.27 s before and 0.6-0.75 s after the speech; the server keeps 0.05 s before and the pause the
-boundary calls for after (the last chunk keeps its tail), so over the study16 corpus it sends 83 % of the
-seconds the model made (146.8 of 176.5). A server's audio-s per CPU-s compares like with like against the
-delivered figure; the raw one counts padding the server never sends. The audio kept for the output checks is
+boundary calls for after (the last chunk keeps its tail), so it sends fewer seconds than the model made. A
+server's audio-s per CPU-s compares like with like against the delivered figure; the raw one counts padding the
+server never sends. The audio kept for the output checks is
 the model's, untrimmed.
 
 Jobs run in a process of their own (``python -m bench.inprocess --jobs FILE``, started by the runner), one
@@ -134,8 +134,9 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     options = Options(runtime_defaults=job.runtime_defaults, compile_cache=job.compile_cache,
                       in_process=True,  # CPU time is read from this process
                       bridge=False)  # the form measured, not the bridge
-    engine, _ = build_engine(settings, read_budget(), options)
-    parts = engine.restore()
+    built = build_engine(settings, read_budget(), options)
+    engine = built.engine
+    parts = built.state.restore()
     assert engine.resolved is not None
     corpus = corpus_mod.load(job.corpus)
     if job.items:
@@ -189,7 +190,7 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
     for thread in threads:
         thread.join()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-    engine.release()
+    built.state.release()
     gc.collect()
     if errors:
         raise RuntimeError(f"{job.name}: inference failed") from errors[0]

@@ -64,7 +64,9 @@ class Event:
 class LifecycleManager:
     def __init__(self, target: Reclaimable, *, quiet_window_s: float, meter: Meter | None = None,
                  evict_files: bool = True, on_event: Callable[[Event], None] | None = None,
-                 backoff_s: float = BACKOFF_S, max_failures: int = 5) -> None:
+                 backoff_s: float = BACKOFF_S, max_failures: int = 5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: what the quiet window is measured on (a test passes its own)."""
         self.target = target
         self.quiet_window_s = quiet_window_s
         self.meter = meter or Meter()
@@ -73,7 +75,8 @@ class LifecycleManager:
         self._on_event = on_event
         self._lock = asyncio.Lock()
         self._in_flight = 0
-        self._idle_since = time.monotonic()
+        self._clock = clock
+        self._idle_since = clock()
         self._watcher: asyncio.Task[None] | None = None
         self.last_restore_s: float | None = None
         self.last_release_s: float | None = None
@@ -132,7 +135,7 @@ class LifecycleManager:
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:
-                self._idle_since = time.monotonic()
+                self._idle_since = self._clock()
 
     async def release(self, *, manual: bool = False) -> bool:
         """Release now if nothing is in flight; False if there was nothing to release.
@@ -151,7 +154,7 @@ class LifecycleManager:
 
     def snapshot(self) -> dict[str, Any]:
         """State for the lifecycle endpoint."""
-        idle_for = 0.0 if self._in_flight else time.monotonic() - self._idle_since
+        idle_for = 0.0 if self._in_flight else self._clock() - self._idle_since
         return {
             "state": self.machine.state.value,
             "since": self.machine.since,
@@ -212,7 +215,7 @@ class LifecycleManager:
         if not first:
             self.last_restore_s = time.perf_counter() - started
         self._emit(self.machine.move(State.WARM), time.perf_counter() - started, before)
-        self._idle_since = time.monotonic()
+        self._idle_since = self._clock()
         return True
 
     async def _recover(self) -> None:
@@ -249,14 +252,20 @@ class LifecycleManager:
             pagecache.evict(files + pagecache.loaded_files())
             pagecache.page_out_mappings()
 
+    async def release_if_quiet(self) -> bool:
+        """Release if nothing has been in flight for the quiet window (what the watcher does at every tick); False
+        if it did not."""
+        quiet = 0 < self.quiet_window_s <= self._clock() - self._idle_since
+        # Checked and acted on with no await in between: see the module docstring.
+        if quiet and self._in_flight == 0 and self.machine.state is State.WARM and not self._lock.locked():
+            return await self.release()
+        return False
+
     async def _watch(self) -> None:
         tick = min(1.0, max(0.01, self.quiet_window_s / 4))
         while True:
             await asyncio.sleep(tick)
-            quiet = time.monotonic() - self._idle_since >= self.quiet_window_s
-            # Checked and acted on with no await in between: see the module docstring.
-            if quiet and self._in_flight == 0 and self.machine.state is State.WARM and not self._lock.locked():
-                await self.release()
+            await self.release_if_quiet()
 
     def _emit(self, transition: Transition, seconds: float, before: Reading) -> None:
         after = self.meter.read()

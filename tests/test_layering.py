@@ -71,3 +71,10 @@ def test_no_module_reads_the_environment_but_settings() -> None:
         if rel in ("app/settings.py", "app/__main__.py"):
             continue
         assert "os.environ" not in path.read_text(), f"{rel} reads os.environ"
+
+
+def test_no_module_over_350_lines() -> None:
+    """Small modules, one concept each (docs/architecture.md's tree is the map): a module past this is split."""
+    for path in list((ROOT / "app").rglob("*.py")) + list((ROOT / "lifecycle").rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        assert lines <= 350, f"{path.relative_to(ROOT)} has {lines} lines"

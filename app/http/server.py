@@ -18,9 +18,10 @@ from app import errors
 from app.engine import Engine
 from app.http import admin, captioned, catalog, health, speech, web
 from app.http.auth import KeyGuard
+from app.inference_state import InferenceState
 from app.metrics import Metrics
 from app.runtime.spec import SERVER, Options
-from app.services import Services, build_engine
+from app.services import Built, Services, build_engine
 from app.settings import Settings
 from app.sizing import read_budget, shape_for
 from lifecycle.manager import Busy, LifecycleManager, NotReady
@@ -78,21 +79,22 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Services]]:
         budget = read_budget()
         if engine is None:
-            built, shape = await anyio.to_thread.run_sync(build_engine, settings, budget, options)
+            built = await anyio.to_thread.run_sync(build_engine, settings, budget, options)
         else:
-            built, shape = engine, shape_for(budget, settings.streams, settings.threads_per_stream)
+            built = Built(engine, InferenceState(engine.runtime, engine.frontend, default_lang=engine.default_lang),
+                          shape_for(budget, settings.streams, settings.threads_per_stream))
         metrics = Metrics()
-        manager = LifecycleManager(built, quiet_window_s=settings.quiet_window_s, on_event=metrics.observe_lifecycle,
-                                   max_failures=settings.recovery_attempts)
+        manager = LifecycleManager(built.state, quiet_window_s=settings.quiet_window_s,
+                                   on_event=metrics.observe_lifecycle, max_failures=settings.recovery_attempts)
         metrics.watch(manager.snapshot)
-        services = Services(settings, built, manager, metrics, budget, shape)
+        services = Services(settings, built.engine, manager, metrics, budget, built.shape)
         await manager.start()
-        log.info("serving %s: %s", settings.backend, built.resolved)
+        log.info("serving %s: %s", settings.backend, built.engine.resolved)
         try:
             yield {"services": services}
         finally:
             await manager.stop()
-            await anyio.to_thread.run_sync(built.close)
+            await anyio.to_thread.run_sync(built.state.close)
 
     handlers: dict[Any, Any] = {cls: _domain_error for cls, _, _ in STATUS}
     handlers[HTTPException] = _http_error

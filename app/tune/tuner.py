@@ -96,7 +96,7 @@ def plan_inputs(settings: Settings, folder: Path) -> Path:
     """The tuning corpus as model inputs, planned by the server's own front end and chunker."""
     from app.services import build_engine
 
-    engine, _ = build_engine(settings, read_budget(), Options(in_process=True))
+    engine = build_engine(settings, read_budget(), Options(in_process=True)).engine
     engine.frontend.load((settings.lang,))
     voices = set(engine.voices.names)
     arrays: dict[str, npt.NDArray[Any]] = {}

@@ -8,6 +8,7 @@ word boundaries).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from app.runtime.spec import Options
 from app.services import build_engine
 from app.settings import Settings
 from app.sizing import read_budget
+from app.text import chunker
 from tests.conftest import SPEECH_BACKEND
 
 TEXT = ("Well, I think so, but the weather is turning and we should leave soon, before it rains. "
@@ -27,11 +29,13 @@ TEXT = ("Well, I think so, but the weather is turning and we should leave soon, 
 
 def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path) -> None:
     settings = Settings(cache_dir=cache_dir, quiet_window_s=0, backend=SPEECH_BACKEND)
-    engine, _ = build_engine(settings, read_budget(), Options(in_process=True, warm_up=False))
-    engine.chunk_tokens = (30, 60, 60)  # small chunks: many joins
-    engine.restore()
+    built = build_engine(settings, read_budget(), Options(in_process=True, warm_up=False))
+    engine = built.engine
+    built.state.restore()
     try:
         plan = engine.plan(TEXT, "af_heart", 1.0)
+        # Small chunks: many joins (the server's chunker, with smaller bounds than its constants).
+        plan = dataclasses.replace(plan, chunks=tuple(chunker.chunk(plan.phonemes, 30, 60, 60)))
         assert len(plan.chunks) >= 5
 
         async def collect() -> list[npt.NDArray[np.float32]]:
@@ -39,7 +43,7 @@ def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path) -> Non
 
         chunks = asyncio.run(collect())
     finally:
-        engine.close()
+        built.state.close()
     inner = np.concatenate([np.abs(np.diff(c)) for c in chunks])
     own = float(np.percentile(inner, 99.9))
     for k, (before, after) in enumerate(zip(chunks, chunks[1:], strict=False)):

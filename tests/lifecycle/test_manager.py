@@ -12,6 +12,7 @@ import pytest
 import lifecycle.manager as manager_module
 from lifecycle.manager import Busy, LifecycleManager, NotReady
 from lifecycle.states import State
+from tests.clock import FakeClock
 
 
 class Holder:
@@ -69,12 +70,30 @@ def run(coro: object) -> object:
 
 def test_release_after_the_window_and_not_before() -> None:
     async def scenario() -> None:
-        holder = Holder()
-        manager = LifecycleManager(holder, quiet_window_s=0.6, evict_files=False)
+        clock = FakeClock()
+        holder = Holder(restore_s=0.0)
+        manager = LifecycleManager(holder, quiet_window_s=45.0, evict_files=False, clock=clock)
         await manager.start()
-        await asyncio.sleep(0.3)
-        assert manager.state is State.WARM
-        await asyncio.sleep(0.8)
+        clock.advance(44.9)
+        assert not await manager.release_if_quiet()
+        assert manager.state is State.WARM and manager.snapshot()["idle_for_s"] == 44.9
+        clock.advance(0.1)
+        await manager.release_if_quiet()  # or the watcher's own tick, if it came first
+        assert manager.state is State.RELEASED and holder.releases == 1
+        await manager.stop()
+
+    run(scenario())
+
+
+def test_the_watcher_releases_by_itself() -> None:
+    async def scenario() -> None:
+        holder = Holder(restore_s=0.0)
+        manager = LifecycleManager(holder, quiet_window_s=0.04, evict_files=False)
+        await manager.start()
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if manager.state is State.RELEASED:
+                break
         assert manager.state is State.RELEASED and holder.releases == 1
         await manager.stop()
 
@@ -83,9 +102,11 @@ def test_release_after_the_window_and_not_before() -> None:
 
 def test_zero_window_never_releases() -> None:
     async def scenario() -> None:
-        manager = LifecycleManager(Holder(), quiet_window_s=0, evict_files=False)
+        clock = FakeClock()
+        manager = LifecycleManager(Holder(restore_s=0.0), quiet_window_s=0, evict_files=False, clock=clock)
         await manager.start()
-        await asyncio.sleep(0.3)
+        clock.advance(3600.0)
+        assert not await manager.release_if_quiet()
         assert manager.state is State.WARM
         await manager.stop()
 
@@ -94,17 +115,22 @@ def test_zero_window_never_releases() -> None:
 
 def test_a_request_longer_than_the_window_is_never_released_under() -> None:
     async def scenario() -> None:
-        holder = Holder()
-        manager = LifecycleManager(holder, quiet_window_s=0.2, evict_files=False)
+        clock = FakeClock()
+        holder = Holder(restore_s=0.0)
+        manager = LifecycleManager(holder, quiet_window_s=45.0, evict_files=False, clock=clock)
         await manager.start()
         async with manager.in_use():
             holder.users += 1
             for _ in range(10):
-                await asyncio.sleep(0.1)
+                clock.advance(10.0)
+                assert not await manager.release_if_quiet()
                 holder.use()
                 assert manager.state is State.WARM
             holder.users -= 1
-        await asyncio.sleep(0.6)
+        clock.advance(44.0)  # the window counts from the request's end
+        assert not await manager.release_if_quiet()
+        clock.advance(1.0)
+        await manager.release_if_quiet()
         assert manager.state is State.RELEASED
         await manager.stop()
 

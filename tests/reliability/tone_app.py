@@ -8,15 +8,18 @@ from __future__ import annotations
 import sys
 
 import app.http.server
-from app.engine import Engine
+from app.inference_state import InferenceState
 from app.runtime.spec import Options
+from app.services import Built
 from app.settings import Settings
-from app.sizing import CpuBudget, PoolShape, shape_for
+from app.sizing import CpuBudget, shape_for
 from tests.app.http.fake import fake_engine
 
 
-def _build(settings: Settings, budget: CpuBudget, options: Options) -> tuple[Engine, PoolShape]:
-    return fake_engine(settings), shape_for(budget, settings.streams or 1, settings.threads_per_stream)
+def _build(settings: Settings, budget: CpuBudget, options: Options) -> Built:
+    engine = fake_engine(settings)
+    state = InferenceState(engine.runtime, engine.frontend, default_lang=settings.lang)
+    return Built(engine, state, shape_for(budget, settings.streams or 1, settings.threads_per_stream))
 
 
 app.http.server.build_engine = _build  # type: ignore[assignment]

@@ -4,7 +4,6 @@ load leaves the bridge serving, logged and reported. The real model's switch: te
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -123,18 +122,15 @@ def test_at_a_restore_the_primary_waits_for_the_bridge_to_serve_first() -> None:
     runtime.unload()
 
 
-def test_a_failed_background_load_leaves_the_bridge_serving_logged_and_reported(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failed_background_load_leaves_the_bridge_serving_and_reported() -> None:
     primary, bridge = Backend("openvino", 1.0, fail_load=True), Backend("onnxruntime", 2.0)
     runtime = LocalRuntime(primary, bridge)
     reported: list[str] = []
     runtime.on_primary_failed = reported.append
-    with caplog.at_level(logging.ERROR, logger="app.runtime.local"):
-        runtime.load_bridged(wait_for_request=False)
-        wait_until(lambda: runtime.primary_error is not None)
+    runtime.load_bridged(wait_for_request=False)
+    wait_until(lambda: runtime.primary_error is not None)
     assert runtime.primary_error == "RuntimeError: injected primary load failure"
-    assert reported == [runtime.primary_error]
-    assert "failed to load behind the bridge" in caplog.text
+    assert reported == [runtime.primary_error]  # what /v1/info shows, handed to whoever listens
     for _ in range(3):
         inference, name = runtime.infer_named(0, tokens(4), STYLE, 1.0)
         audio = inference.audio
@@ -221,15 +217,17 @@ def test_a_release_starts_the_next_inference_process_and_in_process_nothing(cach
     from app.services import build_engine
     from app.sizing import read_budget
 
-    engine, _ = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
-                             Options(in_process=in_process))
+    built = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
+                         Options(in_process=in_process))
+    state = built.state
     try:
+        assert state.runtime is built.engine.runtime and state.frontend is built.engine.frontend
         if in_process:
-            assert engine.standby is None
+            assert state.standby is None
         else:
-            assert isinstance(engine.runtime, ProcessRuntime) and engine.standby == engine.runtime.idle_standby
+            assert isinstance(state.runtime, ProcessRuntime) and state.standby == state.runtime.idle_standby
     finally:
-        engine.close()
+        state.close()
 
 
 class Packing(Backend):

@@ -1,0 +1,135 @@
+"""The stream pool: admission, the schedule and the measured throughput joined behind one object."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+from app.pool.admission import Admission
+from app.pool.playback import Playback
+from app.pool.schedule import Deadlines, Schedule
+from app.pool.throughput import Throughput
+
+T = TypeVar("T")
+
+
+class StreamPool:
+    """A fixed set of inference slots behind bounded admission, handed out by deadline.
+
+    Contract (everything but ``fn`` runs on the event loop):
+    - `admit` (`Admission`) counts a request in for its whole life, or raises `Overloaded` at once.
+    - `playback` opens one request's `Playback` clock for as long as it synthesizes.
+    - `run` awaits a `Lease` from the `Schedule` in its playback's deadline order, then calls ``fn(slot)`` in a
+      worker thread from the pool's own limiter (not Starlette's shared 40-thread one), and releases the lease
+      after that thread has ended, even if the awaiting task was cancelled meanwhile (the thread finishes its
+      inference first). The slot is held for that one call only, never across a ``yield`` to a slow client.
+    - After each inference `run` feeds the `Throughput` averages, which price later deadlines and measure the
+      real-time capacity admission holds first chunks for.
+
+    The server passes the constants of `app.pool.schedule` and `app.pool.admission` (`app.services`), tests their
+    own; ``clock`` is what every time of the pool is read from.
+    """
+
+    def __init__(self, slots: int, queue_size: int, *, margin_s: float = 1.0, realtime_factor: float = 0.0,
+                 first_credit_s: float = 0.0, max_hold_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if slots < 1:
+            raise ValueError("a pool needs at least one slot")
+        self.slots = slots
+        self.throughput = Throughput(slots)
+        self.admission = Admission(slots, queue_size, self.throughput, realtime_factor=realtime_factor,
+                                   max_hold_s=max_hold_s, clock=clock)
+        self.schedule = Schedule(slots, self.admission, clock=clock)
+        self._deadlines = Deadlines(margin_s, first_credit_s, self.throughput, clock)
+        self._clock = clock
+        self._limiter = anyio.CapacityLimiter(slots)
+        self._orders = itertools.count()
+        self._busy = 0
+        self.granted = {"first": 0, "later": 0}
+        """Slots granted to first chunks and to later ones; for tests and the info endpoint."""
+
+    @property
+    def queue_size(self) -> int:
+        return self.admission.queue_size
+
+    @property
+    def capacity(self) -> int:
+        return self.admission.capacity
+
+    @property
+    def admitted(self) -> int:
+        return self.admission.admitted
+
+    @property
+    def busy(self) -> int:
+        """Slots held by an inference now."""
+        return self._busy
+
+    @property
+    def waiting(self) -> int:
+        """Chunks waiting for a slot."""
+        return self.schedule.waiting
+
+    @property
+    def playing(self) -> int:
+        """Requests whose first audio has left and whose synthesis has not ended."""
+        return self.admission.playing
+
+    @property
+    def realtime_capacity(self) -> float | None:
+        """Audio-seconds per second the pool makes with every slot busy; None until measured."""
+        return self.throughput.capacity
+
+    def snapshot(self) -> dict[str, object]:
+        return {"busy": self._busy, "waiting": self.waiting, "playing": self.playing, "admitted": self.admitted,
+                "realtime_capacity": self.realtime_capacity, "realtime_factor": self.admission.realtime_factor,
+                "seconds_per_token": self.throughput.seconds_per_token, "granted": dict(self.granted),
+                "held_back": self.schedule.held_back, "hold_expired": self.schedule.hold_expired}
+
+    def admit(self) -> AbstractContextManager[None]:
+        """Count one request in for the duration of the block, or refuse it with `Overloaded`."""
+        return self.admission.admit()
+
+    def retry_after_s(self) -> int:
+        return self.admission.retry_after_s()
+
+    @contextmanager
+    def playback(self) -> Iterator[Playback]:
+        """One request's playback clock, for as long as it synthesizes."""
+        clock = Playback(next(self._orders), self._deadlines, on_start=self.admission.start_playing)
+        try:
+            yield clock
+        finally:
+            if clock.started is not None:
+                self.admission.stop_playing()
+                self.schedule.wake()  # one player fewer: a held first chunk may start
+
+    async def run(self, fn: Callable[[int], T], *, playback: Playback | None = None, tokens: int = 0,
+                  audio_s: Callable[[T], float] | None = None) -> T:
+        """Run ``fn(slot)`` in a worker thread on a free slot, scheduled by ``playback``'s deadline (none: due now).
+
+        ``tokens`` prices the chunk (its expected inference time counts into its deadline and the measured seconds
+        per token); ``audio_s`` reads the audio-seconds a result holds, for the measured real-time capacity.
+        """
+        first = playback is None or playback.started is None
+        order = playback.order if playback is not None else next(self._orders)
+        due = playback.due(tokens) if playback is not None else self._clock()
+        lease = await self.schedule.acquire(due, order, first)
+        self._busy += 1
+        self.granted["first" if first else "later"] += 1
+        started = self._clock()
+        try:
+            result = await anyio.to_thread.run_sync(fn, lease.slot, limiter=self._limiter)
+        finally:
+            self._busy -= 1
+            self.schedule.release(lease)
+        made = audio_s(result) if audio_s is not None else 0.0
+        if self.throughput.observe(self._clock() - started, tokens, made):
+            self.schedule.wake()  # the capacity changed: a held first chunk may start
+        return result
