@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -101,26 +100,21 @@ def test_the_bridge_spins_for_a_bounded_time_and_the_streams_do_not(model: Path,
     assert streams.spinning_us() == 0
 
 
-def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path) -> None:
     backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
     import onnxruntime
 
     saved = backend.optimized_path(onnxruntime.__version__)
     assert saved is not None
     saved.write_bytes(b"not a model")
-    with caplog.at_level(logging.WARNING):
-        backend.load()
-    assert "could not open the optimized graph" in caplog.text
+    backend.load()
     assert saved.stat().st_size > 1_000_000  # optimized again and saved whole
     assert speak(backend).size > 24000 // 2
     # Its packed weights cut short: the same.
     [data] = tmp_path.glob("*.data")
     data.write_bytes(data.read_bytes()[:1000])
-    caplog.clear()
     damaged = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
-    with caplog.at_level(logging.WARNING):
-        damaged.load()
-    assert "could not open the optimized graph" in caplog.text
+    damaged.load()
     assert sum(p.stat().st_size for p in tmp_path.glob("*.data")) > 90_000_000
     assert speak(damaged).size > 24000 // 2
 

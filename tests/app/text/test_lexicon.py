@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
@@ -49,14 +48,12 @@ def test_the_tries_are_small_and_opened_not_rebuilt(frontends: tuple[Frontend, F
     assert isinstance(again.golds["read"], dict) and "DEFAULT" in again.golds["read"]
 
 
-def test_a_damaged_trie_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_trie_is_rebuilt(tmp_path: Path) -> None:
     lexicon.load(False, tmp_path)
     (golds,) = tmp_path.glob("lexicon-us-*-golds.marisa")
     golds.write_bytes(b"garbage")
-    with caplog.at_level(logging.INFO):
-        rebuilt = lexicon.load(False, tmp_path)
-    assert "lexicon tries built" in caplog.text
-    assert golds.stat().st_size > 100_000 and rebuilt.golds["hello"]
+    rebuilt = lexicon.load(False, tmp_path)
+    assert golds.stat().st_size > 100_000 and rebuilt.golds["hello"]  # built again, in place
 
 
 def test_tries_baked_at_build_are_mapped_and_nothing_is_built(frontends: tuple[Frontend, Frontend, Path],
