@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
@@ -40,6 +41,18 @@ def speak(server: LiveServer, text: str = TEXT, *, stream: bool = True, **extra:
 
 def info(server: LiveServer) -> dict[str, object]:
     found: dict[str, object] = httpx.get(f"{server.url}/v1/info", timeout=10).json()
+    return found
+
+
+def inference_processes(server: LiveServer) -> set[int]:
+    """The pids of the server's live children: its inference process (`app.runtime.proxy`)."""
+    found = set()
+    for child in psutil.Process(server.process.pid).children():
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                found.add(child.pid)
+        except psutil.NoSuchProcess:
+            continue
     return found
 
 
@@ -76,11 +89,13 @@ def test_under_load_the_same_request_gives_the_same_bytes(server: LiveServer, al
 
 
 def test_after_a_release_and_restore_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:
-    processes = server.log().count("inference process")
+    warm = inference_processes(server)
+    assert warm
     assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
     assert httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()["state"] == "released"
     assert speak(server) == alone  # the restore's first request: the same form, from a fresh inference process
-    assert server.log().count("inference process") > processes
+    restored = inference_processes(server)
+    assert restored and not restored & warm
     found = info(server)
     assert found["bridge_serving"] is False and set(found["inferences_by_backend"]) == {"onnxruntime"}  # type: ignore[arg-type]
     # Released again, then a burst into the restore: every one the same bytes.
