@@ -5,7 +5,6 @@ failed background load, with blocking fakes: tests/app/runtime/test_takeover.py.
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import httpx
@@ -51,10 +50,9 @@ def test_the_first_request_after_start_is_served_by_the_bridge_and_passes_the_ou
         assert int(early.group(1)) in [child.pid for child in children]
         # ...and it had begun opening the bridge before the server asked (python -m app sent it the Spec early).
         assert "the bridged load was begun at start, before the server asked" in server.log()
-    assert "primary backend took over from the bridge" in server.log()
 
 
-def test_a_primary_that_fails_to_load_leaves_the_bridge_serving_logged_and_in_info(
+def test_a_primary_that_fails_to_load_leaves_the_bridge_serving_and_says_so_in_info(
         cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAULT_PRIMARY_LOAD", "1")  # inherited by the server and its inference process
     with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0") as server:
@@ -65,10 +63,6 @@ def test_a_primary_that_fails_to_load_leaves_the_bridge_serving_logged_and_in_in
             assert len(speak(server)) > 12000
         assert info(server)["inferences_by_backend"] == {"onnxruntime": 2}
         assert httpx.get(f"{server.url}/readyz").status_code == 200
-        deadline = time.monotonic() + 10
-        while "failed to load behind the bridge" not in server.log():
-            assert time.monotonic() < deadline, server.log()[-2000:]
-            time.sleep(0.1)
 
 
 def test_an_onnx_runtime_server_speaks_its_first_request_at_ready_as_it_speaks_every_later_one(
