@@ -141,7 +141,6 @@ def test_sigterm_during_a_restore_finishes_the_request_then_exits_zero(cache_dir
         request.join(120)
         assert result["r"].status_code == 200 and result["r"].content == expected
         assert server.process.wait(60) == 0
-        assert "draining" in server.log()
 
 
 @pytest.mark.parametrize("grace", ["0", "0.5"])
@@ -152,6 +151,8 @@ def test_a_grace_of_zero_or_a_fraction_cuts_the_streams_in_flight_that_soon(cach
     text = " ".join(f"Sentence number {i} of a stream that the shutdown must cut short." for i in range(4))
     with live_server(cache_dir, tmp_path, module="tests.reliability.faulty_app", quiet_window_s="0",
                      shutdown_grace_s=grace, backend=SPEECH_BACKEND) as server:
+        settings = httpx.get(f"{server.url}/v1/info", timeout=10).json()["settings"]
+        assert settings["shutdown_grace_s"] == float(grace)  # uvicorn gets it as it is: tests/app/test_settings.py
         with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=120,
                           json={"input": text, "voice": "af_heart", "response_format": "pcm", "speed": 1.75,
                                 "stream": True}) as response:
@@ -164,7 +165,6 @@ def test_a_grace_of_zero_or_a_fraction_cuts_the_streams_in_flight_that_soon(cach
                     received += len(chunk)
         assert server.process.wait(30) == 0
         assert time.monotonic() - signalled < 6, "the stream was drained, not cut"
-        assert f"(grace {float(grace):g} s)" in server.log()
 
 
 def test_a_missing_model_file_stops_the_start_naming_the_file(tmp_path: Path) -> None:
@@ -218,7 +218,9 @@ def test_a_damaged_compile_cache_is_rebuilt_and_the_server_serves(cache_dir: Pat
     victim.mkdir()
     with live_server(cache, tmp_path, quiet_window_s="0", model_path=model) as damaged:
         assert_same_speech(speak(damaged), speak(server))
-        assert "held blobs but none could be imported" in damaged.log()
+        info = httpx.get(f"{damaged.url}/v1/info", timeout=10).json()
+        assert info["resolved"]["backend"] == "openvino"
+        assert info["resolved"]["from_cache"] is False  # the cache held blobs: none was imported, it compiled again
 
 
 @needs_unshare
@@ -232,7 +234,6 @@ def test_a_read_only_cache_with_a_compiled_model_serves_without_writing(cache_di
         assert_same_speech(speak(readonly), speak(server))
         info = httpx.get(f"{readonly.url}/v1/info", timeout=10).json()
         assert info["resolved"]["from_cache"] is True
-        assert "not writable" in readonly.log()
     assert sorted(str(p) for p in cache.rglob("*")) == before
 
 
@@ -244,12 +245,11 @@ def test_an_empty_read_only_cache_dir_falls_back_to_a_private_temporary_one(tmp_
     scratch.mkdir()
     setup = f"mount --bind {shlex.quote(str(cache))} {shlex.quote(str(cache))} && " \
             f"mount -o remount,ro,bind {shlex.quote(str(cache))} && export TMPDIR={shlex.quote(str(scratch))}"
-    # ONNX Runtime: what is tested is where the server writes, and OpenVINO would compile afresh (12-20 s).
+    # ONNX Runtime (`SPEECH_BACKEND`): what is tested is where the server writes, and OpenVINO would compile afresh
+    # (12-20 s). The same form on the same runtime as the session's server: the same bytes.
     with live_server(cache, tmp_path, prefix=in_namespace(setup), quiet_window_s="0",
-                     backend="onnxruntime") as fallback:
-        reference = speak(server)
-        assert abs(len(speak(fallback)) - len(reference)) < 0.1 * len(reference)  # same speech, other runtime
-        assert f"writing to {scratch}" in fallback.log()
+                     backend=SPEECH_BACKEND) as fallback:
+        assert speak(fallback) == speak(server)
     assert not list(cache.iterdir())
     assert any(scratch.rglob(modelfile.EMBEDDED_NAME))
 
