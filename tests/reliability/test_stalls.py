@@ -1,7 +1,7 @@
 """Stalled and slow readers on a real uvicorn, through raw sockets with a small receive buffer.
 
 A client that sends a request and never reads is cut after ``TTS_SEND_TIMEOUT_S``: its synthesis stops,
-its admission place is freed, the log says so and ``/metrics`` counts it. A client that reads slowly but
+its admission place is freed and ``/metrics`` counts it. A client that reads slowly but
 keeps reading gets every byte, however long the download takes.
 
 The server is ``python -m app`` on the tone engine (`tests.reliability.tone_app`): on loopback the kernel
@@ -102,7 +102,6 @@ def test_a_client_that_never_reads_is_cut_and_its_place_freed(stalls: LiveServer
         time.sleep(1.0)
         assert metric(stalls, "tts_audio_seconds_total") - audio_before == made  # synthesis has stopped
         assert 0 < made < whole_s - 10  # stopped well before the end of the input
-        assert "the client took no bytes for 1 s" in stalls.log()
         assert len(speak(stalls, "The next client is served.")) > 10_000
         # The connection was reset, not left holding megabytes of unsent audio until this client reads.
         sock.settimeout(10)
