@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import LiveServer, live_server
 from tests.lifecycle.test_release_live import ADMIN, lifecycle, speak, wait_for
+from tests.reliability.test_faults import assert_same_speech
 from tests.reliability.test_security import assert_no_socket_and_no_telemetry
 
 LONG = " ".join(f"Sentence number {i} keeps this stream going for a while." for i in range(12))
@@ -78,12 +79,14 @@ def test_release_ends_the_inference_process_and_the_next_request_starts_one(serv
     again = speak(server)
     (restarted,) = live_children(server)
     assert restarted.pid != child.pid
-    assert abs(len(again) - len(warm)) < 0.1 * len(warm)  # the bridge: same speech within tolerance
+    assert_same_speech(again, warm)  # the bridge (ONNX Runtime) against OpenVINO: the output check
 
 
 def test_a_crashed_inference_process_fails_the_requests_in_flight_and_the_next_one_restores(
         server: LiveServer) -> None:
     short = speak(server, "Short and sweet.")
+    counted = lifecycle(server)["transitions"]
+    assert isinstance(counted, dict)
     outcome: dict[str, object] = {}
 
     def long_request() -> None:
@@ -110,11 +113,12 @@ def test_a_crashed_inference_process_fails_the_requests_in_flight_and_the_next_o
     assert outcome.get("status") == 500 or "error" in outcome, outcome
 
     after = speak(server, "Short and sweet.")
-    assert abs(len(after) - len(short)) < 0.1 * len(short)
+    assert_same_speech(after, short)  # the bridge restored; before, the bridge or OpenVINO: the output check
     state = wait_for(server, "warm")
     transitions = state["transitions"]
     assert isinstance(transitions, dict)
-    assert transitions.get("warm->failed", 0) >= 1 and transitions.get("failed->restoring", 0) >= 1
+    for edge in ("warm->failed", "failed->restoring"):  # this module's server: counted since the kill
+        assert transitions.get(edge, 0) - counted.get(edge, 0) >= 1, (edge, counted, transitions)
     assert server.process.poll() is None
     (replacement,) = children(server)
     assert replacement.pid != child.pid
@@ -136,16 +140,12 @@ def test_a_release_starts_the_next_process_which_waits_imported_and_serves_the_r
     imports its runtime, gives back what that read and waits holding no model. The next request's restore loads
     into it (no process started for it), and one that died while released is replaced by the restore."""
     with live_server(cache_dir, tmp_path, quiet_window_s="0", admin_token="admin-secret") as server:
-        def started() -> int:
-            return server.log().count("inference process")
-
         warm = speak(server)
         (child,) = children(server)
         release(server)
         (idle,) = children(server)
         assert idle.pid != child.pid
         assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
-        assert "to wait, imported, for the next restore" in server.log()
         deadline = time.monotonic() + 30
         while not mapped(idle.pid, "onnxruntime"):  # its imports done (the bridge's runtime)
             assert time.monotonic() < deadline
@@ -154,10 +154,9 @@ def test_a_release_starts_the_next_process_which_waits_imported_and_serves_the_r
         assert idle.memory_info().rss < 200 << 20
         assert lifecycle(server)["state"] == "released"
 
-        processes = started()
         bridged = speak(server)
-        assert started() == processes and [c.pid for c in children(server)] == [idle.pid]
-        assert abs(len(bridged) - len(warm)) < 0.1 * len(warm)
+        assert [c.pid for c in children(server)] == [idle.pid]  # served by the waiting process: none started
+        assert_same_speech(bridged, warm)  # the bridge (ONNX Runtime) against OpenVINO: the output check
 
         release(server)
         (second,) = children(server)
@@ -166,9 +165,7 @@ def test_a_release_starts_the_next_process_which_waits_imported_and_serves_the_r
         while second.is_running() and second.status() != psutil.STATUS_ZOMBIE:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        processes = started()
         again = speak(server)
-        assert abs(len(again) - len(warm)) < 0.1 * len(warm)
-        assert started() == processes + 1
+        assert again == bridged  # the bridge again, in a process started for this restore: the same bytes
         (fresh,) = children(server)
-        assert fresh.pid != second.pid
+        assert fresh.pid not in (second.pid, idle.pid)
