@@ -1,0 +1,62 @@
+"""The tests drive behaviour: they assert what a client or an operator can see (a response, `/v1/info`,
+`/v1/lifecycle`, `/metrics`, a return value, a file, the process list), not log text or private state.
+
+A handful of exceptions are allowed where nothing public shows a behaviour that matters (a warning only the log
+carries); these limits keep them a handful."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+MAX_LOG_READS = 10
+MAX_PRIVATE_SETS = 5
+
+
+def _files() -> Iterator[tuple[str, str]]:
+    """Every test module's path and text, but this one's (it names what it looks for)."""
+    for path in sorted(TESTS.rglob("*.py")):
+        if path != Path(__file__).resolve():
+            yield path.relative_to(TESTS.parent).as_posix(), path.read_text()
+
+
+def _is_log_read(node: ast.AST) -> bool:
+    """``caplog.text``, ``caplog.records``, ``record.getMessage()``, or a live server's ``server.log()``."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "caplog":
+        return node.attr in ("text", "records", "messages", "record_tuples")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr == "getMessage" or (node.func.attr == "log" and not node.args and not node.keywords)
+    return False
+
+
+def log_reads() -> list[str]:
+    """Where a test reads log text, but for a failure message (``assert ok, server.log()``): that asserts nothing."""
+    found = []
+    for rel, text in _files():
+        tree = ast.parse(text)
+        messages = {id(n) for a in ast.walk(tree) if isinstance(a, ast.Assert) and a.msg for n in ast.walk(a.msg)}
+        found += [f"{rel}:{n.lineno}" for n in ast.walk(tree) if _is_log_read(n) and id(n) not in messages]
+    return found
+
+
+PRIVATE_SET = re.compile(r"(?<!\bself)\._[a-z]\w* = ")
+
+
+def private_sets() -> list[str]:
+    """Where a test assigns a private attribute (``obj._name = ...``) of anything but its own ``self``; read as text,
+    so that the scripts a test runs in a subprocess count too."""
+    return [f"{rel}:{number}" for rel, text in _files() for number, line in enumerate(text.splitlines(), 1)
+            if PRIVATE_SET.search(line)]
+
+
+def test_few_tests_read_log_text() -> None:
+    found = log_reads()
+    assert len(found) <= MAX_LOG_READS, f"{len(found)} log reads (at most {MAX_LOG_READS}): {found}"
+
+
+def test_few_tests_set_private_attributes() -> None:
+    found = private_sets()
+    assert len(found) <= MAX_PRIVATE_SETS, f"{len(found)} private attributes set (at most {MAX_PRIVATE_SETS}): {found}"
