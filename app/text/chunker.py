@@ -9,8 +9,7 @@ cut at a word boundary, and a single word longer than a chunk is cut hard.
 The first chunk is small, because a request's first audio waits for all of it: the first
 sentence when it fits `FIRST_CHUNK_TOKENS`, else as many of its first clauses as fit, else as many of
 its first words (never a lone word when more fit). Later chunks grow: the second within
-``second_max`` (by default twice ``first_max``; the server asks for more, so a small first chunk adds no
-inference), then each bound twice the one before, up to ``max_tokens``: synthesis of chunk k+1 runs while
+``second_max`` (by default twice ``first_max``), then each bound twice the one before, up to ``max_tokens``: synthesis of chunk k+1 runs while
 chunk k plays, so a chunk a few times as long as the one before keeps playback fed where a stream runs a
 few times faster than real time, and ``max_tokens`` bounds how long one
 running chunk can keep a new request's first chunk waiting for its stream.
@@ -31,13 +30,11 @@ from collections import deque
 
 MODEL_MAX_TOKENS = 510
 FIRST_CHUNK_TOKENS = 20
-"""Bound on a request's first chunk, whose synthesis its first audio waits for: about 1.5 s of speech. On the Xeon
-with AMX under load, against 30: first audio 0.85-0.92 against 1.15 s p50 at 4 clients, the same audio per CPU-second
-(bench/results/latency-20261204-xeon-resume)."""
-SECOND_CHUNK_TOKENS = 60
-"""Bound on the second chunk; each later bound doubles from it. 60 is where a 30-token first chunk's doubling went:
-every inference pays a fixed part, and doubling from 20 cost 3-4 % of the audio per CPU-second
-(bench/results/latency-20261202-zen5-first20)."""
+"""Bound on a request's first chunk, whose synthesis its first audio waits for: about 1.5 s of speech."""
+SECOND_CHUNK_TOKENS = 40
+"""Bound on the second chunk; each later bound doubles from it. The second chunk must be made while the first plays:
+40 tokens (about 3 s of speech) take a stream less time than the first chunk's 1.5 s where a stream makes two to
+three times real time, 60 did not and its listeners stalled (docs/experiments.md)."""
 MAX_CHUNK_TOKENS = 120
 """Bound on later chunks: one running chunk holds its stream this long, so a new request's first chunk can wait for
 it; a hung-up client's synthesis stops after the chunk in progress."""

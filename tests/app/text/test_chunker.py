@@ -65,8 +65,8 @@ def test_later_chunks_grow_to_the_bound_and_never_past_it() -> None:
 
 
 def test_the_second_chunk_may_be_given_its_own_bound_and_later_ones_double_from_it() -> None:
-    """``second_max`` (`SECOND_CHUNK_TOKENS` by default): a 20-token first chunk followed by a 60-token second
-    is cut into as many chunks as a 30-token first chunk doubled, so the smaller first chunk adds no inference."""
+    """``second_max``: a 20-token first chunk followed by a 60-token second is cut into as many chunks as a 30-token
+    first chunk doubled. The server's own (`SECOND_CHUNK_TOKENS`, 40) is the plain doubling from 20."""
     text = "wˈʌn tˈu θɹˈi fˈɔɹ fˈIv sˈɪks sˈɛvən ˈeɪt nˈIn tˈɛn ɪlˈɛvən twˈɛlv. " * 40
     chunks = chunk(text, first_max=20, max_tokens=240, second_max=60)
     sizes = [len(c) for c in chunks]
@@ -76,10 +76,13 @@ def test_the_second_chunk_may_be_given_its_own_bound_and_later_ones_double_from_
     assert max(sizes) > 180
     assert len(chunks) <= len(chunk(text, first_max=30, max_tokens=240, second_max=0))
     assert " ".join(chunks).replace(" ", "") == text.replace(" ", "")
-    # 0 is the plain doubling rule; the bound never passes the largest chunk nor the model's limit.
-    assert chunk(text, first_max=20, max_tokens=240, second_max=0) != chunk(text, first_max=20, max_tokens=240)
+    # 0 is the plain doubling rule, which the server's bounds are; the bound never passes the largest chunk nor the
+    # model's limit.
+    assert chunk(text, first_max=20, max_tokens=240, second_max=0) != chunk(text, first_max=20, max_tokens=240,
+                                                                             second_max=60)
+    assert chunk(text, first_max=20, max_tokens=240, second_max=0) == chunk(text, first_max=20, max_tokens=240)
     assert chunk(text) == chunk(text, FIRST_CHUNK_TOKENS, MAX_CHUNK_TOKENS, SECOND_CHUNK_TOKENS)
-    assert (FIRST_CHUNK_TOKENS, SECOND_CHUNK_TOKENS, MAX_CHUNK_TOKENS) == (20, 60, 120)
+    assert (FIRST_CHUNK_TOKENS, SECOND_CHUNK_TOKENS, MAX_CHUNK_TOKENS) == (20, 40, 120)
     assert [next_bound(0, 20, 0, 240), next_bound(0, 20, 60, 240), next_bound(60, 20, 60, 240)] == [40, 60, 120]
     assert next_bound(0, 20, 60, 50) == 50 and next_bound(400, 20, 60, 999) == MODEL_MAX_TOKENS
 
