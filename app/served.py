@@ -108,9 +108,9 @@ def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:
 
 
 WARM_UP_PHONEMES = "wˈɔɹm."
-"""What every slot runs once after a load (6 tokens). The first-call cost it pays is about 1-1.5 s a slot whatever
-the length: after 6 tokens the next request took 1.04x a warm one's time, after 20 tokens 0.95x, without a
-warm-up 1.28x, for a warm-up of 2.95 s instead of 4.51 s over two slots (bench/results/warmup-20261201)."""
+"""What every slot runs once after a load (6 tokens). The first-call cost it pays is much the same whatever the
+length: after 6 tokens the next request took about a warm one's time, while a longer warm-up took longer for
+little more (docs/experiments.md)."""
 
 
 def _warm_up(vocab: Vocab, voice: Voice) -> WarmUp:

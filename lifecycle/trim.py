@@ -30,16 +30,16 @@ M_MMAP_THRESHOLD = -3
 MALLOC_ARENAS = 2
 """glibc malloc arenas of the server's processes: fewer arenas return more memory on release (`limit_arenas`)."""
 MMAP_THRESHOLD_KB = 256
-"""Allocations of this many KiB or more get a mapping of their own, given back when freed: the warm peak under load
-163 MiB lower here at the same speed than glibc's sliding threshold (`fix_mmap_threshold`)."""
+"""Allocations of this many KiB or more get a mapping of their own, given back when freed: a lower warm peak under
+load at the same speed than glibc's sliding threshold (`fix_mmap_threshold`)."""
 
 
 def limit_arenas(arenas: int) -> bool:
     """Cap glibc's malloc arenas (``mallopt(M_ARENA_MAX)``); call before threads start.
 
     Every thread that allocates gets an arena of its own up to 8 × cores; freed memory
-    fragments across them and ``malloc_trim`` cannot return it all. Two arenas took the
-    released server from 176 to 147 MB here, with no measurable cost to speed.
+    fragments across them and ``malloc_trim`` cannot return it all. Two arenas made the
+    released server smaller, with no measurable cost to speed (docs/experiments.md).
     """
     if arenas <= 0:
         return False
@@ -55,10 +55,9 @@ def fix_mmap_threshold(kib: int) -> bool:
 
     glibc's default threshold starts at 128 KiB and rises to the size of each large block freed (up to 32
     MiB), after which such blocks come from the heap and stay there: the server's audio buffers and the
-    runtimes' scratch memory then hold the highest water mark of every arena. Fixed at 256 KiB, the warm peak
-    of the server under 4 long requests went from 1,565 to 1,402 MiB (inference process heap 1,100 -> 942
-    MB) at the same speed (OpenVINO in process: 55.4 / 49.5 / 53.9 CPU-s against 57.1 / 47.0 / 53.1;
-    bench/results/memory-20261202). 0 keeps glibc's sliding threshold."""
+    runtimes' scratch memory then hold the highest water mark of every arena. A fixed threshold lowers the
+    server's warm peak under long requests at the same speed (docs/experiments.md). 0 keeps glibc's sliding
+    threshold."""
     if kib <= 0:
         return False
     try:

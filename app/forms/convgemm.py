@@ -1,10 +1,10 @@
 """The shipped dynamic-int8 export with its 1-D convolutions as matrix products on signed weights, for ONNX Runtime.
 
-Where ONNX Runtime spends its time on Kokoro: ``ConvInteger`` took 72 % of a 1-thread inference on a 2-vCPU AMD
-EPYC with AVX2 (onnxruntime 1.32, the generator's resblocks at 128 and 256 channels, kernels of 3 to 11), running
-at 40-58 G multiply-adds per second. Its kernel multiplies unsigned weights by unsigned activations (the export
-stores the weights as uint8 with a zero point) in a GEMM whose packed operand is the activations, packed again at
-every call; given int8 weights the same kernel falls to a generic path, 3.5 x slower. ``MatMulIntegerToFloat``
+Where ONNX Runtime spends its time on Kokoro: ``ConvInteger`` took most of a 1-thread inference (the generator's
+resblocks at 128 and 256 channels, kernels of 3 to 11; docs/performance.md). Its kernel multiplies unsigned
+weights by unsigned activations (the export stores the weights as uint8 with a zero point) in a GEMM whose packed
+operand is the activations, packed again at every call; given int8 weights the same kernel falls to a much slower
+generic path. ``MatMulIntegerToFloat``
 (com.microsoft) multiplies uint8 activations by int8 weights packed once when the session opens, in MLAS's u8s8
 kernels, and scales the result to float itself.
 
@@ -18,9 +18,9 @@ So each stride-1 ``ConvInteger`` (with its ``DynamicQuantizeLinear`` input, its 
 ``W'`` holds each output channel's weights, less their zero point, requantized symmetrically to [-64, 64] with a
 scale of its own (`LIMIT`). Why not the same integers shifted by 128 into int8: without VNNI, MLAS's u8s8 kernel
 adds pairs of uint8 x int8 products in int16 with saturation (``vpmaddubsw``), and at 255 x 128 x 2 a pair
-clips; on the embedded model that shifted form drifted to log-mel 0.39-0.59 from the shipped graph (SNR -1.7 dB;
-the exact-integer uint8 form, as slow as ``ConvInteger``, 0.15-0.20), while at +-64 no pair can reach 2^15 and
-the per-channel scale gives back most of the bit: 0.20-0.23, at the same speed (bench/results/convgemm-20261203).
+clips, and that shifted form drifted far from the shipped graph's audio, while at +-64 no pair can reach 2^15
+and the per-channel scale gives back most of the bit, landing near the exact-integer uint8 form (as slow as
+``ConvInteger``) at the same speed (docs/performance.md).
 The bias is added in float after the scaling, not as ``Floor(b / scale)`` before it. The output check decides
 whether the form keeps the voice (the tuner ranks it by measurement beside ONNX Runtime on the shipped file and
 never chooses a form that fails it). Strided convolutions (3 in the export) are left as they are.

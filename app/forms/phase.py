@@ -4,8 +4,8 @@ The generator's SineGen (``m_source/l_sin_gen``) turns the predicted pitch into 
 down to frame rate (``Resize``, 1/300), sums them over time (``CumSum``), scales the sum to radians x 300 and
 upsamples it back linearly (``Resize``, x 300) into a ``Sin``. The running phase reaches thousands of radians.
 Under OpenVINO's bf16 hint the CPU plugin runs that chain in bf16 (openvino 2026.4.1: the ``CumSum`` too), whose
-8-bit mantissa cannot hold such a phase: bf16 on the dequantized form made 1.87 x ONNX Runtime's speed on an
-AMX Xeon but failed the output check (log-mel 0.76 against 0.70), on its longest chunk.
+8-bit mantissa cannot hold such a phase: bf16 on the dequantized form ran well ahead of ONNX Runtime but failed
+the output check on its longest chunk.
 
 `rewrite` replaces the chain between the frame-rate cycles and the ``Sin`` with integer arithmetic, which no
 float precision hint touches: the cycles in fixed point (``Round`` x 2^20 to int32), the ``CumSum`` on int32,
@@ -14,9 +14,8 @@ the wrapped values (a frame's wrapped start plus the fraction of its increment, 
 coordinates clamped at both ends as ``linear`` mode does), so that only the final phase, in [0, 2 pi), is float.
 In exact arithmetic it is the same function (``sin`` is 2 pi-periodic); in practice it trades f32's rounding of
 a large running sum for a 2^-20-cycle rounding of each frame's increment: on ONNX Runtime the log-mel distance
-against the shipped model is the same (0.305 against 0.306 on the tuning corpus), 22-32 dB SNR against the
-unrewritten graph, and OpenVINO bf16 on the dequantized form passes the check (0.52), where it failed at 0.76
-(bench/results/phase-20261202). Every intermediate stays below 2^31: the running sum is at most 2^20 x the
+against the shipped model is unchanged, and OpenVINO bf16 on the dequantized form passes the check where it
+failed (docs/performance.md). Every intermediate stays below 2^31: the running sum is at most 2^20 x the
 frames' cycles (about 180 for 30 s of speech), the products below 600 x 2^20.
 """
 

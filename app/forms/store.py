@@ -11,21 +11,20 @@ pass the output check (`app.tune.outputcheck`) when the tuner measures them.
 
 - ``dequant``: the shipped dynamic-int8 export with its weights dequantized once to plain f32 MatMul, Conv
   and LSTM (`app.forms.dequantize`), saved as an IR. OpenVINO runs the export's run-time quantization as
-  about a thousand element-wise ops; without them it was 1.10x ONNX Runtime's efficiency on an AMX Xeon
-  where the shipped file ran at 0.83x, at 1.7 GB peak instead of 2.8 GB (bench/results/forms-20261201). Its
-  harmonic source's running phase is also rewritten in fixed point (`app.forms.phase`), which lets OpenVINO's
-  bf16 hint keep the voice (bench/results/phase-20261202); the form's directory is ``dequant.2`` since.
+  about a thousand element-wise ops; without them it runs faster than ONNX Runtime where the shipped file ran
+  slower, at a much lower peak of memory (docs/performance.md). Its harmonic source's running phase is also
+  rewritten in fixed point (`app.forms.phase`), which lets OpenVINO's bf16 hint keep the voice; the form's
+  directory is ``dequant.2`` since.
 
 - ``dequant16``: the same graph with its weights stored as f16 (``compress_to_fp16``), for OpenVINO's bf16
   hint, which rounds every weight to bf16 anyway (8 bits of mantissa against f16's 11: storing them in f16
   first changes nothing the bf16 kernels see beyond f16's own rounding). The CPU plugin keeps the f16 weights
-  and its own bf16 copies instead of f32 ones: at 2 streams x 1 thread after 120-token inferences the
-  inference process held 845 MB of heap and 247 MB of mapped file instead of 1,139 and 379 MB, at the same
-  speed within the noise (bench/results/memory-20261202).
+  and its own bf16 copies instead of f32 ones: the inference process holds less heap and less mapped file, at
+  the same speed within the noise (docs/performance.md).
 
 - ``convgemm``: the shipped export with each stride-1 ``ConvInteger`` as im2col and ``MatMulIntegerToFloat`` on
-  int8 weights packed once (`app.forms.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were 72 % of
-  its time on a 2-vCPU AMD EPYC with AVX2, and ran 1.5 x faster so (bench/results/convgemm-20261203).
+  int8 weights packed once (`app.forms.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were most
+  of its time, and run faster so (docs/performance.md).
 
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
 ``form.json`` recording what it was made from and the sha256 of its files (`digest`), which keys its

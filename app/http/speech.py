@@ -190,7 +190,7 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
     try:
         stack.enter_context(svc.pool.admit())
         # Planned beside a restore where the front end stays loaded while released: after a release its pages come
-        # back from disk, 0.05-0.06 s of a restore's 0.6 s on the Xeon of 2026-12-04 (a warm plan takes 5 ms).
+        # back from disk, a small but real part of a restore (a warm plan is near instant; docs/experiments.md).
         planning = asyncio.ensure_future(anyio.to_thread.run_sync(plan)) if svc.engine.plans_while_released else None
         try:
             await stack.enter_async_context(svc.lifecycle.in_use())

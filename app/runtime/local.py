@@ -51,15 +51,14 @@ from lifecycle import pagecache, trim
 log = logging.getLogger(__name__)
 
 WARMED_BACKENDS = frozenset({"openvino"})
-"""Backends whose first inference is slow enough to pay a warm-up for. Not ONNX Runtime: measured here
-(bench/results/coldstart-20261201), its 20-token warm-up took 1.0-1.7 s on the bridge (more with 1 thread per
-stream) and the request after it came no sooner than one on a session that had not run; on the path of a
-start or a restore, that second was pure cost."""
+"""Backends whose first inference is slow enough to pay a warm-up for. Not ONNX Runtime: its warm-up took longer
+than it saved, and the request after it came no sooner than one on a session that had not run; on the path of a
+start or a restore, that time was pure cost (docs/experiments.md)."""
 
 SETTLE_S = 10.0
 """Least time between two evictions of the runtime's files from the page cache after inferences: OpenVINO reads
-more of its cache blob on the first inferences of longer inputs (160 MB of it here, on the first 120-token
-chunks), then nothing. An eviction costs a few system calls (bench/results/memory-20261202)."""
+more of its cache blob on the first inferences of longer inputs (on the first long chunks), then nothing. An
+eviction costs a few system calls (docs/performance.md)."""
 
 PRIMARY_WAIT_S = 5.0
 """Longest wait for the bridge's first inference before the primary starts loading anyway."""
@@ -145,15 +144,14 @@ class LocalRuntime:
 
     def _load_primary_behind(self) -> None:
         # Start once the bridge has served its first inference: the request that caused the restore
-        # is waiting for it, and on few CPUs the load would slow it down (measured: first audio
-        # after a release 2.2 s loading at once, 2.0 s loading after).
+        # is waiting for it, and on few CPUs the load would slow it down (docs/experiments.md).
         self._bridge_served.wait(PRIMARY_WAIT_S)
         if self._stop_loading:
             return  # released meanwhile: loading now would be thrown away
         # Lowest CPU priority for this thread and the runtime threads it spawns: the bridge is
         # serving requests that are waiting right now, the primary only needs to be ready later.
         # Those threads keep it once the primary serves (an unprivileged process cannot raise it
-        # back); measured harmless: bench/results/inference-priority-20261202.
+        # back); measured harmless (docs/experiments.md).
         _lowest_priority()
         try:
             resolved = self._warm(self.primary, self.primary.load())
@@ -240,7 +238,7 @@ class LocalRuntime:
     @staticmethod
     def _drop(bridge: Backend) -> None:
         """Unload the bridge once the primary serves, and hand what it freed back to the system: without the
-        trim glibc kept it, 80-90 MB of the warm process tree (bench/results/bridge-trim-20261201)."""
+        trim glibc kept it as part of the warm process tree (docs/experiments.md)."""
         bridge.unload()
         trim.collect_and_trim()
 

@@ -44,8 +44,8 @@ class Options:
     """Leave streams and threads to the runtime's own defaults (the benchmark's baseline)."""
     shape_cache: int = 0
     """OpenVINO's cache of per-input-shape kernels (``CPU_RUNTIME_CACHE_CAPACITY``, entries): at OpenVINO's default
-    (5000) memory grew by 10-20 MB per new input length without bound, at 0 it levels off for about 6 % less speed
-    (bench/results/soak-compare-20261129). -1 keeps OpenVINO's default (the benchmark's baseline)."""
+    memory grows with every new input length without bound; 0 bounds it at a small cost in speed
+    (docs/experiments.md). -1 keeps OpenVINO's default (the benchmark's baseline)."""
 
 
 SERVER = Options()

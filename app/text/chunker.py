@@ -9,9 +9,9 @@ cut at a word boundary, and a single word longer than a chunk is cut hard.
 The first chunk is small, because a request's first audio waits for all of it: the first
 sentence when it fits `FIRST_CHUNK_TOKENS`, else as many of its first clauses as fit, else as many of
 its first words (never a lone word when more fit). Later chunks grow: the second within
-``second_max`` (by default twice ``first_max``), then each bound twice the one before, up to ``max_tokens``: synthesis of chunk k+1 runs while
-chunk k plays, so a chunk a few times as long as the one before keeps playback fed where a stream runs a
-few times faster than real time, and ``max_tokens`` bounds how long one
+``second_max`` (by default twice ``first_max``), then each bound twice the one before, up to ``max_tokens``:
+synthesis of chunk k+1 runs while chunk k plays, so a chunk a few times as long as the one before keeps playback
+fed where a stream runs a few times faster than real time, and ``max_tokens`` bounds how long one
 running chunk can keep a new request's first chunk waiting for its stream.
 
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of

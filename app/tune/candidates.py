@@ -20,16 +20,15 @@ def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
     """Everything worth measuring on this CPU, at every shape of `shapes`: OpenVINO f32 on the dequantized form
     (`app.forms.store`), OpenVINO bf16 on its f16-stored twin where the CPU computes bf16 natively, and ONNX
     Runtime on the shipped model and on its ``convgemm`` form (the convolutions as GEMMs on int8 weights, which
-    MLAS runs faster than ``ConvInteger`` where measured: 1.27 x the whole inference on a 2-vCPU AMD EPYC with
-    AVX2; its output differs from the shipped graph's by the bias's rounding and, without VNNI, int16
-    saturation, so the output check and the measurement decide).
+    MLAS runs faster than ``ConvInteger`` wherever measured, docs/performance.md; its output differs from the
+    shipped graph's by the bias's rounding and, without VNNI, int16 saturation, so the output check and the
+    measurement decide).
 
-    Left out, each dominated wherever it was measured: OpenVINO on the shipped export (f32: 0.85 against 1.08
-    audio-s per CPU-s for the dequantized form on an AMX Xeon, 1.33 against 1.42 on AMD Zen 4, with 0.9-1.0 GB
-    more memory; leaving it out took its two trials, 67 s, out of a 206 s tuning); the ``ir`` form (the shipped
-    graph, as fast, only saved); bf16 on the shipped graph (the dequantized form beat it by 2.2x at the same
+    Left out, each dominated wherever it was measured (docs/experiments.md): OpenVINO on the shipped export (slower
+    than the dequantized form, with more memory, and its trials took a good part of a tuning); the ``ir`` form (the
+    shipped graph, as fast, only saved); bf16 on the shipped graph (the dequantized form beat it by far at the same
     distance); bf16 on the f32-stored dequantized form (the f16-stored one ran as fast within the noise with
-    about 400 MB less, bench/results/memory-20261202)."""
+    less memory)."""
     found: list[Candidate] = []
     bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
     for streams, threads in shapes(cpus):

@@ -100,8 +100,7 @@ def bridge_choice(choice: Candidate, table: list[dict[str, Any]], threads: int) 
     form (one file for both); otherwise the ONNX Runtime form (`ONNXRUNTIME_FORMS`, or the file as shipped) that
     made the most audio per second as one session of ``threads`` threads in the tuning run, where one of those
     forms beat the file as shipped. That is how an OpenVINO primary gets a faster bridge: the tuner measures
-    ``convgemm`` 1 x N on every CPU (on the 2-vCPU AMD EPYC with AVX2 of 2026-12-04, 1.96 against 1.71 audio-s per
-    s for the file as shipped)."""
+    ``convgemm`` 1 x N on every CPU, which beat the file as shipped where it was measured (docs/experiments.md)."""
     if choice.form in ONNXRUNTIME_FORMS:
         return choice.form, ""
     rows = _throughputs(table)

@@ -121,9 +121,8 @@ def choose(results: list[Result], ranking: Ranking | None = None) -> tuple[Resul
 
 def _more_streams(chosen: Result, eligible: list[Result], ranking: Ranking, why: str) -> tuple[Result, str]:
     """``chosen``, or the same backend with more streams where that scores within `TIE` of it: more streams let a
-    new request's first chunk start beside a running chunk instead of waiting for it to end (2-vCPU Zen 5, ONNX
-    Runtime 2 x 1 against 1 x 2 at level efficiency: first audio p50 0.83-0.92 s against 0.99-1.36 s at 2 clients;
-    bench/results/latency-20261202-zen5-2x1)."""
+    new request's first chunk start beside a running chunk instead of waiting for it to end: at level efficiency,
+    first audio came sooner at 2 clients (docs/experiments.md)."""
     rivals = [r for r in eligible if r.candidate.backend == chosen.candidate.backend
               and r.candidate.streams > chosen.candidate.streams
               and ranking.score(r) >= ranking.score(chosen) * (1 - TIE)]

@@ -9,7 +9,7 @@ from app.sizing import PoolShape
 
 BRIDGE_SPIN_US = 50
 """Microseconds the bridge's threads spin for their next piece of work before they sleep: a lone request's chunk on
-all threads ran 11-18 % faster at the same CPU time on the Xeon with AMX (bench/results/spin-20261204)."""
+all threads runs faster at the same CPU time than when they sleep at once (docs/experiments.md)."""
 
 
 def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,

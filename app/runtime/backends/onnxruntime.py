@@ -10,16 +10,15 @@ bit-identical audio (checked in tests/app/runtime/test_bridge_graph.py). The sav
 CPU-specific layouts (NCHWc), so its name carries the ONNX Runtime version, the model file's
 identity and the CPU's instruction set family. ``baked_optimized_dir`` is a read-only place looked in
 first: the image build saves the graph there (`python -m app.tune.build`), so that a container whose
-writable cache starts empty does not optimize the model at its first start (0.2 s to open the saved
-graph against 0.6-0.7 s to optimize and save it, measured on the Xeon with AMX).
+writable cache starts empty does not optimize the model at its first start (opening a saved graph takes a
+fraction of the time of optimizing and saving it).
 
 A graph saved here at run time (``prepacked``, the default) also holds the weights as the kernels packed them,
 in a data file beside it (ONNX Runtime's ``session.save_external_prepacked_constant_initializers``) that the
-next open maps instead of packing again: the convgemm form's bridge opened in 0.25 s instead of 0.47 s, the file
-as shipped in 0.20 s instead of 0.32 s, with bit-identical audio; the sessions of one process that open it (the
-pool's, the bridge kept beside them) map the same pages instead of each packing a copy on its heap: 229-231 MB of
-anonymous memory warm instead of 479-480 MB, mapped files 154 instead of 66 MB (2-vCPU AMD EPYC with AVX2,
-bench/results/prepacked-20261204). The packed layout is the kernels' choice for this very CPU,
+next open maps instead of packing again: it opens sooner, with bit-identical audio, and the sessions of one
+process that open it (the pool's, the bridge kept beside them) map the same pages instead of each packing a copy
+on its heap, which takes much less anonymous memory (docs/experiments.md). The packed layout is the kernels'
+choice for this very CPU,
 so such a graph is named for a digest of its feature flags, not its family; the image keeps the portable graph
 (`app.tune.build`), which is opened when no packed one was saved on this CPU.
 """
@@ -44,14 +43,12 @@ from app.sizing import PoolShape
 log = logging.getLogger(__name__)
 
 SPIN_NOTE = """Why the shared session (the bridge) spins for a bounded time: between the
-graph's thousands of small parallel sections, a worker that sleeps at once is woken through the kernel each time. On the
-Xeon with AMX (2 vCPUs, convgemm form, 2 threads, one inference at a time, interleaved; bench/results/
-spin-20261204) a 50 µs spin made 14-40-token chunks 11-18 % faster in wall time at the same or less CPU time
-(sleeping and waking costs CPU too); unbounded spinning was as fast but took 12-17 % more CPU. Two inferences at
-once on the same 2-thread session (the bridge serving both slots on 2 vCPUs: three threads for two CPUs) made 5 %
-less audio per second with the spin: it pays where the session runs alone, as a restore's first request does.
-The pool's one-thread streams have no workers to spin; multi-thread streams (8 x 2 on 32 vCPUs) keep sleeping at
-once, not measured."""
+graph's thousands of small parallel sections, a worker that sleeps at once is woken through the kernel each time.
+A short spin made one inference at a time faster in wall time at the same or less CPU time (sleeping and waking
+costs CPU too); unbounded spinning was no faster and took more CPU. Two inferences at once on the same session
+(more threads than CPUs) made less audio per second with the spin: it pays where the session runs alone, as a
+restore's first request does (docs/experiments.md). The pool's one-thread streams have no workers to spin;
+multi-thread streams keep sleeping at once, not measured."""
 
 
 class OnnxRuntimeBackend:
@@ -74,8 +71,8 @@ class OnnxRuntimeBackend:
         /tmp), where the data file would be memory the container is billed."""
         self.pack_at_open = pack_at_open
         """Let the kernels pack the weights of a saved graph as it opens; False opens it without (ONNX Runtime's
-        ``session.disable_prepacking``): a bridge that must serve at once opens faster (0.06-0.07 s instead of
-        0.16-0.21 s), and runs 4-10 % slower (bench/results/restore-unpacked-20261204). Read at each `load`
+        ``session.disable_prepacking``): a bridge that must serve at once opens faster and runs somewhat slower
+        (docs/experiments.md). Read at each `load`
         (`app.runtime.local` sets it per load)."""
         self.spin_us = spin_us if shared else 0
         """The shared session's intra-op workers spin for at most this many microseconds for the next piece of work

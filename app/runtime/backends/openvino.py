@@ -47,7 +47,7 @@ class OpenVinoBackend:
 
     def config(self) -> dict[str, str]:
         """Properties passed to ``compile_model``."""
-        # CPU_DENORMALS_OPTIMIZATION measured 27 % faster here (0.81 -> 1.03 audio-s per CPU-s) but
+        # CPU_DENORMALS_OPTIMIZATION is faster (docs/experiments.md) but
         # it breaks the duration predictor on some inputs ("Hello there." gave 0 samples or a
         # Broadcast shape error) and its flush-to-zero flags leak to later compiles: never set it.
         config = {"INFERENCE_PRECISION_HINT": self._precision}
@@ -57,11 +57,9 @@ class OpenVinoBackend:
         if not self._runtime_defaults:
             config["NUM_STREAMS"] = str(self._shape.streams)
             config["INFERENCE_NUM_THREADS"] = str(self._shape.threads)
-            # OpenVINO pins each stream's threads to cores by default. Alone on 2 vCPUs that neither helps nor
-            # hurts (3 interleaved rounds, 2 streams busy: median 9.62 s pinned, 9.63 s not); but two processes
-            # sharing the cores (a second server, the tests side by side, a container's neighbours) then wait
-            # on each other's pinned threads: the same 4 inferences each took 22.4 s pinned, 12.7-16.0 s not
-            # (bench/results/pinning-20261201.md).
+            # OpenVINO pins each stream's threads to cores by default. Alone that neither helps nor hurts; but
+            # two processes sharing the cores (a second server, the tests side by side, a container's
+            # neighbours) then wait on each other's pinned threads and run much slower (docs/experiments.md).
             config["ENABLE_CPU_PINNING"] = "NO"
         return config
 
