@@ -1,8 +1,8 @@
 """Which backend runs inferences: the primary, or, under an OpenVINO primary, a fast-loading bridge while it loads.
 
 After a release, importing OpenVINO's compiled model from the cache is the slowest part of a
-restore (1.6–2.2 s measured here, more with the cache evicted from the page cache), while an
-ONNX Runtime session on the same model file opens in about 0.5 s. With a bridge, a restore
+restore (seconds, more with the cache evicted from the page cache), while an ONNX Runtime
+session on the same model file opens in a fraction of that. With a bridge, a restore
 opens the bridge, serves the first requests with it, and loads the primary in a background
 thread once the bridge's first inference is done; new inferences switch to the primary as
 soon as it is ready and the bridge is dropped when its last inference ends. Nothing loaded is

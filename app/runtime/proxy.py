@@ -184,8 +184,8 @@ class ProcessRuntime:
 
     def idle_standby(self) -> None:
         """After a release: start a fresh inference process at once, which imports its runtime, gives back what that
-        read (`messages.Shed`) and waits, holding no model; the restore's load goes to it instead of starting one (the
-        restore 0.52-0.60 s instead of 0.70-0.90 s on a 2-vCPU AMD EPYC, for 34 MB of released memory). A process that
+        read (`messages.Shed`) and waits, holding no model; the restore's load goes to it instead of starting one, which
+        shortens the restore for a few tens of MB of released memory (docs/experiments.md). A process that
         dies meanwhile costs nothing more: the restore starts another, as without it."""
         self._start_released(" to wait, imported, for the next restore", messages.Shed())
 

@@ -15,12 +15,9 @@ fed where a stream runs a few times faster than real time, and ``max_tokens`` bo
 running chunk can keep a new request's first chunk waiting for its stream.
 
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
-its tokens, because the model pads each chunk with about 0.9 s of audio that the server trims
-(ONNX Runtime, one thread, the 50 chunks of the study16 corpus: least squares 0.64 CPU-s + 0.056
-per token; the four rests of 3-8 tokens the old rule cut off took 0.99-1.24 CPU-s each for a
-tenth of a second of speech). A first sentence whose rest after the first chunk would be shorter
-than `MIN_REST` is taken whole instead, up to ``first_max + MIN_REST`` (at most about 0.6 s more
-speech, 0.56 CPU-s on one thread, to wait for before the first audio).
+its tokens (the model pads each chunk with audio the server trims), so a short rest costs nearly as
+much as a full chunk. A first sentence whose rest after the first chunk would be shorter than
+`MIN_REST` is taken whole instead, up to ``first_max + MIN_REST``.
 """
 
 from __future__ import annotations
