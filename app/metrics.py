@@ -41,6 +41,10 @@ class Metrics:
         """Export the lifecycle's live state and meters at scrape time."""
         self.registry.register(_SnapshotCollector(snapshot))
 
+    def watch_pool(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        """Export the pool's admission at scrape time: what it admits now, and the real-time capacity behind it."""
+        self.registry.register(_PoolCollector(snapshot))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -66,3 +70,19 @@ class _SnapshotCollector(Collector):
                 memory.add_metric([kind], float(value))
         yield memory
         yield GaugeMetricFamily("tts_requests_in_flight", "Requests in flight", value=float(snap["in_flight"]))
+
+
+class _PoolCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Any]:
+        snap = self._snapshot()
+        yield GaugeMetricFamily("tts_pool_admitted", "Requests streaming or waiting now", value=float(snap["admitted"]))
+        yield GaugeMetricFamily("tts_pool_capacity_requests", "Most requests admitted at once now (more get 429)",
+                                value=float(snap["capacity"]))
+        yield GaugeMetricFamily("tts_pool_listeners", "Requests the pool plays at once in real time",
+                                value=float(snap["listeners"]))
+        if snap["realtime_capacity"] is not None:
+            yield GaugeMetricFamily("tts_pool_realtime_capacity", "Audio-seconds per second with every stream busy "
+                                    "(measured)", value=float(snap["realtime_capacity"]))

@@ -61,14 +61,14 @@ def build_engine(settings: Settings, budget: CpuBudget, options: Options = SERVE
         runtime = process = ProcessRuntime(spec)
         process.prestart()
         standby = process.idle_standby
-    queue = settings.queue_size or 2 * shape.streams
     baked = settings.baked_cache_dir
     frontend = Frontend(spec.writable / "frontend", baked / "frontend" if baked is not None else None)
-    pool = StreamPool(shape.streams, queue, margin_s=DEADLINE_MARGIN_S, first_credit_s=FIRST_CHUNK_CREDIT_S,
-                      realtime_factor=REALTIME_FACTOR, max_hold_s=REALTIME_MAX_HOLD_S)
+    pool = StreamPool(shape.streams, max_requests=settings.max_requests, margin_s=DEADLINE_MARGIN_S,
+                      first_credit_s=FIRST_CHUNK_CREDIT_S, realtime_factor=REALTIME_FACTOR,
+                      max_hold_s=REALTIME_MAX_HOLD_S)
     engine = Engine(runtime, pool, frontend, found.voices, found.vocab, default_lang=settings.lang,
                     choice=found.choice, timestamps=found.timestamps)
     state = InferenceState(runtime, frontend, default_lang=settings.lang, standby=standby)
-    log.info("cpu budget %s -> pool %d streams x %d threads, queue %d", budget, shape.streams,
-             shape.threads_per_stream, queue)
+    log.info("cpu budget %s -> pool %d streams x %d threads, admitting %s", budget, shape.streams,
+             shape.threads_per_stream, settings.max_requests or "in real time")
     return Built(engine, state, shape)

@@ -79,8 +79,9 @@ class Settings:
     lang: str = "en-us"
     """Language of voices whose name does not say one (Kokoro's names do: ``af_heart``), and the one loaded at
     start: ``en-us`` or ``en-gb``."""
-    queue_size: int = 0
-    """Requests allowed to wait for a stream beyond those running (more get 429); 0 means 2 × streams."""
+    max_requests: int = 0
+    """Most requests streaming or waiting at once (more get 429 with Retry-After). 0 admits in real time: as many as
+    the pool plays at 1x, measured, and those that would wait under 10 s. Set it to the platform's concurrency."""
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413. Lower it to bound how long one request can run."""
     send_timeout_s: float = 20.0
@@ -131,7 +132,7 @@ class Settings:
             ("port", 0 <= self.port <= 65535, "a TCP port"),
             ("streams", self.streams >= 0, "0 (auto) or more"),
             ("threads_per_stream", self.threads_per_stream >= 0, "0 (auto) or more"),
-            ("queue_size", self.queue_size >= 0, "0 (auto) or more"),
+            ("max_requests", self.max_requests >= 0, "0 (in real time) or more"),
             ("max_input_chars", self.max_input_chars > 0, "positive"),
             ("lang", self.lang in ("en-us", "en-gb"), "en-us or en-gb"),
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
@@ -231,6 +232,7 @@ REMOVED: dict[str, str] = {
         ("MALLOC_ARENAS", "a constant of the processes' allocator (lifecycle/trim.py)"),
         ("MALLOC_MMAP_THRESHOLD_KB", "a constant of the processes' allocator (lifecycle/trim.py)"),
         ("RECOVERY_BACKOFF_S", "a constant of the lifecycle (lifecycle/manager.py); TTS_RECOVERY_ATTEMPTS stays"),
+        ("QUEUE_SIZE", "admission counts listeners in real time now; TTS_MAX_REQUESTS fixes the most admitted at once"),
     ]
 }
 """Variables the server no longer reads, and why: one still set fails at start (`Settings.from_env`), so a
@@ -242,7 +244,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Model and runtime", ("backend", "precision", "model_path", "model_sha256", "cache_dir", "baked_cache_dir",
                            "streams", "threads_per_stream")),
     ("Voices and text", ("voices_path", "default_voice", "voice_aliases", "lang")),
-    ("Requests", ("queue_size", "max_input_chars", "send_timeout_s")),
+    ("Requests", ("max_requests", "max_input_chars", "send_timeout_s")),
     ("Lifecycle", ("quiet_window_s", "recovery_attempts", "shutdown_grace_s")),
     ("Operations", ("log_level", "web")),
 )

@@ -68,15 +68,16 @@ class ServerConfig:
         return Options(runtime_defaults=self.runtime_defaults, shape_cache=-1 if self.runtime_defaults else 0,
                        compile_cache=self.compile_cache)
 
-    def env(self, *, quiet_window_s: float, queue_size: int) -> dict[str, str]:
+    def env(self, *, quiet_window_s: float, max_requests: int) -> dict[str, str]:
         """The ``TTS_*`` settings that make the server run this configuration, and its options (`bench.variant`)."""
         env = {
             "TTS_BACKEND": self.backend,
             "TTS_STREAMS": str(self.streams),
             "TTS_THREADS_PER_STREAM": str(self.threads_per_stream),
             "TTS_QUIET_WINDOW_S": str(quiet_window_s) if self.lifecycle else "0",
-            # Deep enough that closed-loop clients are never refused: refusals are not throughput.
-            "TTS_QUEUE_SIZE": str(queue_size),
+            # Enough that closed-loop clients are never refused: refusals are not throughput (a variant that sets
+            # TTS_MAX_REQUESTS=0 measures the server's own admission in real time instead).
+            "TTS_MAX_REQUESTS": str(max_requests),
             **variant.launch_env(self.options()),
         }
         if self.tuned_dir:

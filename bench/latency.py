@@ -140,7 +140,7 @@ def server_env(config: ServerConfig, settings: dict[str, str], *, model: Path, c
     started with that setting does. Until 2026-12-04 the base forced ``TTS_BACKEND=openvino`` and sized streams:
     such a variant served OpenVINO 2 x 1 on the AMD EPYC of that day, whose tuned choice was ONNX Runtime
     (``latency-20261204-*`` say so in their "served" column and their NOTE.md)."""
-    env = config.env(quiet_window_s=0, queue_size=32)
+    env = config.env(quiet_window_s=0, max_requests=32)
     env.update({"TTS_BACKEND": "auto", "TTS_STREAMS": "0", "TTS_THREADS_PER_STREAM": "0"})
     env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(cache_dir), "TTS_LOG_LEVEL": "info", **settings})
     return env

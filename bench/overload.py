@@ -1,10 +1,11 @@
 """Overload: closed-loop clients at ``factor`` × the server's capacity for a while, nothing lost.
 
-Capacity is what the server admits at once (streams + queue, from ``/v1/info``). Every client loops:
-it asks for one of a few texts, streamed as PCM; an admitted request must bring exactly the bytes a
-solo run of the same text brought, a refused one must be a 429 with ``Retry-After``, and nothing may be
-a 5xx or a transport error. A refused client waits a short random pause (not the full Retry-After), so
-the pressure stays on. Afterwards the server must be healthy and speak the same audio as before.
+Capacity is what the server admits at once (``/v1/info``'s pool capacity: the listeners it plays in real time
+and those queued for them, or TTS_MAX_REQUESTS). Every client loops: it asks for one of a few texts, streamed
+as PCM; an admitted request must bring exactly the bytes a solo run of the same text brought, a refused one
+must be a 429 with ``Retry-After``, and nothing may be a 5xx or a transport error. A refused client waits a
+short random pause (not the full Retry-After), so the pressure stays on. Afterwards the server must be healthy
+and speak the same audio as before.
 
 ``python -m bench overload --minutes 3 --out DIR`` starts a server (default settings) and records
 overload.json and overload.md; `run` works against any running server (the test suite's).
@@ -146,7 +147,7 @@ def _one(http: httpx.Client, url: str, text: str, expected: int) -> Outcome:
 def render(summary: dict[str, Any], command: str) -> str:
     rows = "\n".join(f"| {key} | {value} |" for key, value in summary.items())
     return (f"# Overload run\n\n`{command}`\n\n{summary['clients']} closed-loop clients against a capacity of "
-            f"{summary['capacity']} (streams + queue) for {summary['duration_s']:.0f} s.\n\n| figure | value |\n"
+            f"{summary['capacity']} (what it admits at once) for {summary['duration_s']:.0f} s.\n\n| figure | value |\n"
             f"|---|---|\n{rows}\n")
 
 
@@ -161,7 +162,7 @@ def main(argv: list[str]) -> int:
     config = ServerConfig(name="overload", title="overload", backend="openvino", kind="complete", streams=0,
                           threads_per_stream=0, compile_cache=True, lifecycle=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    # The server's own defaults (pool and queue sized by its rule), not the harness's deep queue.
+    # The server's own defaults (admission in real time), not the harness's deep queue.
     settings = {"TTS_CACHE_DIR": str(args.cache_dir)}
     with Server(config, settings, args.out / "logs" / "overload.log") as server:
         server.wait_ready()

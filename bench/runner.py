@@ -87,7 +87,7 @@ class Options:
     ceiling_1x1: bool = True
     """Also measure OpenVINO 1 stream x 1 thread in process, one thread (the raw runtime's own efficiency)."""
     memory_interval_s: float = 2.0
-    queue_size: int = 32
+    max_requests: int = 32
     quick: bool = False
     command: str = ""
     tune: bool = True
@@ -301,7 +301,7 @@ class Run:
     # --- one configuration ------------------------------------------------------------------------
 
     def _settings(self, config: ServerConfig, **extra: str) -> dict[str, str]:
-        env = config.env(quiet_window_s=self.o.quiet_window_s, queue_size=self.o.queue_size)
+        env = config.env(quiet_window_s=self.o.quiet_window_s, max_requests=self.o.max_requests)
         env.update({"TTS_MODEL_PATH": str(self.model), "TTS_CACHE_DIR": str(self.server_cache),
                     "TTS_ADMIN_TOKEN": self.admin_token, "TTS_LOG_LEVEL": "info"})
         env.update(extra)

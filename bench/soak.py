@@ -122,7 +122,7 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
     config = ServerConfig(name=f"soak-{options.backend}-cache{shape_cache}", title="soak", backend="openvino",
                           kind="complete", streams=options.streams, threads_per_stream=options.threads_per_stream,
                           compile_cache=True, lifecycle=False)
-    settings = config.env(quiet_window_s=0.0, queue_size=64)
+    settings = config.env(quiet_window_s=0.0, max_requests=64)
     settings.update({"TTS_BACKEND": options.backend, "TTS_ADMIN_TOKEN": ADMIN_TOKEN,
                      "TTS_CACHE_DIR": str(options.cache_dir),
                      **variant.launch_env(dataclasses.replace(config.options(), shape_cache=shape_cache))})

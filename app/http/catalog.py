@@ -59,8 +59,7 @@ async def info(request: Request) -> JSONResponse:
         "languages_loaded": svc.engine.frontend.languages_loaded,
         "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
         "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,
-                 "slots": svc.pool.slots, "queue_size": svc.pool.queue_size, "capacity": svc.pool.capacity,
-                 **svc.pool.snapshot()},
+                 "slots": svc.pool.slots, **svc.pool.snapshot()},
         "formats": list(FORMATS),
         "settings": svc.settings.public(),
     })

@@ -87,6 +87,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
         manager = LifecycleManager(built.state, quiet_window_s=settings.quiet_window_s,
                                    on_event=metrics.observe_lifecycle, max_failures=settings.recovery_attempts)
         metrics.watch(manager.snapshot)
+        metrics.watch_pool(built.engine.pool.snapshot)
         services = Services(settings, built.engine, manager, metrics, budget, built.shape)
         await manager.start()
         log.info("serving %s: %s", settings.backend, built.engine.resolved)

@@ -1,4 +1,4 @@
-"""Who gets in and when a new request may start: the bounded queue (429) and the real-time hold."""
+"""Who gets in and when a new request may start: admission in real time (429 beyond it) and the real-time hold."""
 
 from __future__ import annotations
 
@@ -11,30 +11,42 @@ from app.errors import Overloaded
 from app.pool.throughput import Throughput
 
 REALTIME_FACTOR = 1.25
-"""The server's real-time admission factor: new requests wait while the players would need more than this many times
+"""The server's real-time hold factor: new requests wait while the players would need more than this many times
 the measured capacity. Above 1, so that a pool near its capacity is left alone."""
 REALTIME_MAX_HOLD_S = 10.0
 """The server's longest hold for real-time capacity: the players a request waits for may be long inputs whose
 synthesis takes minutes, longer than a client waits for a first byte."""
+MAX_QUEUE_WAIT_S = 10.0
+"""The server's bound on a queued request's expected wait for a listener's place: beyond it a new request gets 429
+at once, so that the platform sends it elsewhere instead of a client waiting longer than it would for a new
+instance."""
+FIRST_REQUEST_S = 5.0
+"""A request's life until one has been measured: with `MAX_QUEUE_WAIT_S` it admits three requests per slot."""
 
 
 class Admission:
-    """Bounded admission and the real-time hold, in front of ``slots`` slots. Event loop only: nothing is locked.
+    """Admission in real time, in front of ``slots`` slots, and the real-time hold. Event loop only: nothing is locked.
 
     - `admit` counts a request in for its whole life, or raises `Overloaded` (with a Retry-After) at once when
-      ``slots + queue_size`` requests are already admitted: latency never grows without bound.
+      `capacity` requests are already admitted: latency never grows without bound.
+    - `capacity` counts in listeners, not streams: as many requests as the pool plays at 1x (`listeners`: the
+      measured real-time capacity, at least one per slot, one per slot until measured), then as many more as
+      would wait at most ``max_queue_wait_s`` for one of them to end (at the mean request time), at least one
+      per slot. ``max_requests``
+      > 0 fixes it instead, for an operator who matches it to the platform's concurrency.
     - The players (requests whose first audio has left and whose synthesis has not ended) are counted here:
       `StreamPool.playback` calls `start_playing` at a request's first audio and `stop_playing` at its end.
     - `holds` tells the schedule whether a first chunk must wait for real-time capacity (``realtime_factor`` > 0):
       while the players would need more than ``realtime_factor`` × the measured capacity (`Throughput.capacity`)
-      at 1x, never while fewer play than there are slots. The schedule ends a hold after ``max_hold_s``. A held
-      request is still admitted: the wait counts against the bounded queue, so beyond it new requests get 429.
+      at 1x, never while fewer play than there are slots. The schedule ends a hold after ``max_hold_s``.
     """
 
-    def __init__(self, slots: int, queue_size: int, throughput: Throughput, *, realtime_factor: float = 0.0,
-                 max_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, throughput: Throughput, *, max_requests: int = 0,
+                 max_queue_wait_s: float = MAX_QUEUE_WAIT_S, realtime_factor: float = 0.0, max_hold_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = slots
-        self.queue_size = queue_size
+        self.max_requests = max_requests
+        self.max_queue_wait_s = max_queue_wait_s
         self.realtime_factor = realtime_factor
         self.max_hold_s = max_hold_s
         """Longest a first chunk is held for real-time capacity before it is scheduled as if admission were off
@@ -43,11 +55,22 @@ class Admission:
         self._clock = clock
         self._admitted = 0
         self._playing = 0
-        self._mean_request_s = 1.0
+        self._mean_request_s = FIRST_REQUEST_S
+
+    @property
+    def listeners(self) -> int:
+        """Requests the pool plays at once at 1x: its measured real-time capacity, at least one per slot."""
+        measured = self._throughput.capacity
+        return self.slots if measured is None else max(self.slots, math.floor(measured))
 
     @property
     def capacity(self) -> int:
-        return self.slots + self.queue_size
+        """The most requests admitted at once now: the listeners and those queued for their places."""
+        if self.max_requests > 0:
+            return self.max_requests
+        listeners = self.listeners
+        # At least one queued per slot: it picks up the slot the moment a chunk ends, whatever requests last.
+        return listeners + max(self.slots, math.floor(self.max_queue_wait_s * listeners / self._mean_request_s))
 
     @property
     def admitted(self) -> int:
@@ -63,7 +86,7 @@ class Admission:
         """Count one request in for the duration of the block, or refuse it with `Overloaded`."""
         if self._admitted >= self.capacity:
             raise Overloaded(
-                f"all {self.slots} streams are busy and {self.queue_size} requests are waiting; retry later",
+                f"{self._admitted} requests are streaming or waiting, the most this server takes at once; retry later",
                 retry_after_s=self.retry_after_s(),
             )
         self._admitted += 1
@@ -72,13 +95,14 @@ class Admission:
             yield
         finally:
             self._admitted -= 1
-            # An exponential average of request time drives Retry-After.
+            # An exponential average of request time drives the queue's bound and Retry-After.
             self._mean_request_s = 0.8 * self._mean_request_s + 0.2 * (self._clock() - start)
 
     def retry_after_s(self) -> int:
-        """Seconds until a place is likely free: the queue drains at slots per mean request time."""
-        waiting = max(1, self._admitted - self.slots + 1)
-        return max(1, min(60, math.ceil(self._mean_request_s * waiting / self.slots)))
+        """Seconds until a place is likely free: the queue drains at listeners per mean request time."""
+        listeners = self.listeners
+        waiting = max(1, self._admitted - listeners + 1)
+        return max(1, min(60, math.ceil(self._mean_request_s * waiting / listeners)))
 
     def start_playing(self) -> None:
         """A request's first audio has left."""

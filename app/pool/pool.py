@@ -36,15 +36,15 @@ class StreamPool:
     own; ``clock`` is what every time of the pool is read from.
     """
 
-    def __init__(self, slots: int, queue_size: int, *, margin_s: float = 1.0, realtime_factor: float = 0.0,
+    def __init__(self, slots: int, *, max_requests: int = 0, margin_s: float = 1.0, realtime_factor: float = 0.0,
                  first_credit_s: float = 0.0, max_hold_s: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if slots < 1:
             raise ValueError("a pool needs at least one slot")
         self.slots = slots
         self.throughput = Throughput(slots)
-        self.admission = Admission(slots, queue_size, self.throughput, realtime_factor=realtime_factor,
-                                   max_hold_s=max_hold_s, clock=clock)
+        self.admission = Admission(slots, self.throughput, max_requests=max_requests,
+                                   realtime_factor=realtime_factor, max_hold_s=max_hold_s, clock=clock)
         self.schedule = Schedule(slots, self.admission, clock=clock)
         self._deadlines = Deadlines(margin_s, first_credit_s, self.throughput, clock)
         self._clock = clock
@@ -55,12 +55,14 @@ class StreamPool:
         """Slots granted to first chunks and to later ones; for tests and the info endpoint."""
 
     @property
-    def queue_size(self) -> int:
-        return self.admission.queue_size
+    def capacity(self) -> int:
+        """The most requests admitted at once now (`Admission.capacity`)."""
+        return self.admission.capacity
 
     @property
-    def capacity(self) -> int:
-        return self.admission.capacity
+    def listeners(self) -> int:
+        """Requests the pool plays at once at 1x (`Admission.listeners`)."""
+        return self.admission.listeners
 
     @property
     def admitted(self) -> int:
@@ -87,7 +89,8 @@ class StreamPool:
         return self.throughput.capacity
 
     def snapshot(self) -> dict[str, object]:
-        return {"busy": self._busy, "waiting": self.waiting, "playing": self.playing, "admitted": self.admitted,
+        return {"capacity": self.capacity, "listeners": self.listeners, "max_requests": self.admission.max_requests,
+                "busy": self._busy, "waiting": self.waiting, "playing": self.playing, "admitted": self.admitted,
                 "realtime_capacity": self.realtime_capacity, "realtime_factor": self.admission.realtime_factor,
                 "seconds_per_token": self.throughput.seconds_per_token, "granted": dict(self.granted),
                 "held_back": self.schedule.held_back, "hold_expired": self.schedule.hold_expired}

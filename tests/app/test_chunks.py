@@ -46,7 +46,7 @@ def _engine(per_token_s: float = 0.0005, *, slots: int = 1) -> tuple[Engine, Tim
     """The engine on the server's own pool constants."""
     runtime = TimedRuntime(per_token_s, slots)
     runtime.load_primary()
-    pool = StreamPool(slots, 16, margin_s=DEADLINE_MARGIN_S, first_credit_s=FIRST_CHUNK_CREDIT_S,
+    pool = StreamPool(slots, max_requests=slots + 16, margin_s=DEADLINE_MARGIN_S, first_credit_s=FIRST_CHUNK_CREDIT_S,
                       realtime_factor=REALTIME_FACTOR, max_hold_s=REALTIME_MAX_HOLD_S)
     engine = Engine(runtime, pool, FakeFrontend(), VoiceBank.load(None), Vocab.embedded(),  # type: ignore[arg-type]
                     default_lang="en-us", timestamps=True)

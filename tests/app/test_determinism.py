@@ -8,6 +8,7 @@ the text alone (tests/app/test_chunks.py tests that fast, on a fake runtime); th
 from __future__ import annotations
 
 import concurrent.futures
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,7 +79,11 @@ def test_streamed_and_whole_give_the_same_bytes(server: LiveServer, alone: bytes
 def test_under_load_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:
     """Four copies of the request beside other requests, more than the pool's streams: they wait, run on other
     streams, their chunks interleave with others'; each gets the bytes it gets alone."""
-    texts = [TEXT, OTHERS[0], TEXT, OTHERS[1], TEXT, TEXT]
+    pool = info(server)["pool"]
+    # As many at once as the server admits now, at most six: more than its streams, none refused.
+    admits = min(6, pool["capacity"])  # type: ignore[index]
+    assert admits > pool["streams"]  # type: ignore[index]
+    texts = [TEXT, OTHERS[0], TEXT, OTHERS[1], TEXT, TEXT][:admits]
     with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
         answers = list(pool.map(lambda text: speak(server, text), texts))
     for text, audio in zip(texts, answers, strict=True):
@@ -86,6 +91,15 @@ def test_under_load_the_same_request_gives_the_same_bytes(server: LiveServer, al
             assert audio == alone
     whole = [speak(server, stream=False)]  # and whole, right after
     assert whole == [alone]
+
+
+def test_admission_counts_the_listeners_the_measured_pool_plays_in_real_time(server: LiveServer,
+                                                                            alone: bytes) -> None:
+    pool = info(server)["pool"]
+    measured = pool["realtime_capacity"]  # type: ignore[index]
+    assert measured is not None and measured > 1.0  # audio-s per s with every stream busy, from real inferences
+    assert pool["listeners"] == max(pool["slots"], math.floor(measured))  # type: ignore[index]
+    assert pool["capacity"] >= pool["listeners"] + pool["slots"] and pool["max_requests"] == 0  # type: ignore[index]
 
 
 def test_after_a_release_and_restore_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:

@@ -89,7 +89,7 @@ def test_only_the_complete_system_has_cache_and_lifecycle_and_only_it_runs_as_th
     sets is a setting the server reads."""
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     for config in configs.all_configs(two):
-        env = config.env(quiet_window_s=45.0, queue_size=32)
+        env = config.env(quiet_window_s=45.0, max_requests=32)
         assert env["TTS_QUIET_WINDOW_S"] == ("45.0" if config.kind == "complete" else "0")
         options = variant.decode(env)
         assert options.compile_cache is (config.kind == "complete")
@@ -234,8 +234,8 @@ def test_latency_variants_and_report() -> None:
     from bench import latency
 
     assert latency._variant("deadline") == ("deadline", {})
-    assert latency._variant("small:TTS_STREAMS=1,TTS_QUEUE_SIZE=2") == (
-        "small", {"TTS_STREAMS": "1", "TTS_QUEUE_SIZE": "2"})
+    assert latency._variant("small:TTS_STREAMS=1,TTS_MAX_REQUESTS=2") == (
+        "small", {"TTS_STREAMS": "1", "TTS_MAX_REQUESTS": "2"})
     import argparse
 
     with pytest.raises(argparse.ArgumentTypeError):

@@ -75,7 +75,7 @@ def in_namespace(setup: str) -> tuple[str, ...]:
 @pytest.fixture(scope="module")
 def faulty(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), module="tests.reliability.faulty_app", streams="1",
-                     queue_size="2", quiet_window_s="0", backend=SPEECH_BACKEND) as s:
+                     max_requests="3", quiet_window_s="0", backend=SPEECH_BACKEND) as s:
         yield s
 
 

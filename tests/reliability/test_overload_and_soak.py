@@ -15,8 +15,8 @@ from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 @pytest.fixture(scope="module")
 def small_pool(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One stream, one waiting place: capacity 2, so 8 clients are 4 × its capacity."""
-    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", queue_size="1",
+    """One stream, at most two requests admitted (TTS_MAX_REQUESTS), so 8 clients are 4 × its capacity."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", max_requests="2",
                      quiet_window_s="0", backend=SPEECH_BACKEND) as s:
         yield s
 

@@ -125,12 +125,11 @@ class FakeFrontend:
         return phonemes, words.of_phonemes(phonemes)
 
 
-def fake_engine(settings: Settings, *, queue: int | None = None, timed: bool = True) -> Engine:
-    """The engine `app.services.build_engine` would wire, on the fakes (``queue``: as TTS_QUEUE_SIZE, but 0 means 0;
-    ``timed``: whether the model gives word timestamps)."""
+def fake_engine(settings: Settings, *, timed: bool = True) -> Engine:
+    """The engine `app.services.build_engine` would wire, on the fakes (``timed``: whether the model gives word
+    timestamps)."""
     streams = settings.streams or 1
-    queue = settings.queue_size or 2 * streams if queue is None else queue
     runtime = FakeRuntime(streams)
     runtime.timed = timed
-    return Engine(runtime, StreamPool(streams, queue), FakeFrontend(),  # type: ignore[arg-type]
+    return Engine(runtime, StreamPool(streams, max_requests=settings.max_requests), FakeFrontend(),  # type: ignore[arg-type]
                   VoiceBank.load(None), Vocab.embedded(), default_lang=settings.lang, timestamps=timed)

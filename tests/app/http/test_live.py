@@ -21,8 +21,8 @@ LONG = ("The first sentence is short. The second sentence is a good deal longer 
 
 @pytest.fixture(scope="module")
 def one_stream(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One stream, one waiting place: capacity 2, easy to overload."""
-    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", queue_size="1",
+    """One stream, at most two requests admitted (TTS_MAX_REQUESTS): easy to overload."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", max_requests="2",
                      quiet_window_s="0", backend=SPEECH_BACKEND) as s:
         yield s
 

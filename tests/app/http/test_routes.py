@@ -97,7 +97,10 @@ def test_catalog_endpoints(client: TestClient) -> None:
     assert "kokoro" in [m["id"] for m in client.get("/v1/models").json()["data"]]
     info = client.get("/v1/info").json()
     assert info["resolved"]["backend"] == "fake" and info["active_backend"] == "fake"
-    assert info["pool"]["streams"] == info["pool"]["slots"] == 1 and info["pool"]["capacity"] == 3
+    assert info["pool"]["streams"] == info["pool"]["slots"] == 1 and info["pool"]["listeners"] == 1
+    # One listener until measured, and a queue of at least two: the first guess of a request's time queues two, and
+    # the fake's requests are quicker than that guess.
+    assert info["pool"]["capacity"] >= 3 and info["pool"]["admitted"] == 0
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").json() == {"ready": True, "state": "warm", "draining": False}
     assert client.get("/nope").json()["error"]["code"] == "http_404"
@@ -117,11 +120,15 @@ def test_metrics_counters_rise(client: TestClient) -> None:
     assert metric(client, "tts_audio_seconds_total") == pytest.approx(before["tts_audio_seconds_total"] + made)
     assert metric(client, "tts_first_audio_seconds_count") == before["tts_first_audio_seconds_count"] + 2
     assert metric(client, 'tts_lifecycle_state{state="warm"}') == 1.0
+    info = client.get("/v1/info").json()["pool"]
+    assert metric(client, "tts_pool_listeners") == info["listeners"] >= 1
+    assert metric(client, "tts_pool_capacity_requests") == info["capacity"] > info["listeners"]
+    assert metric(client, "tts_pool_admitted") == 0
 
 
 def test_overload_gets_429_with_retry_after_while_admitted_requests_finish(tmp_path: Path) -> None:
-    settings = Settings(cache_dir=tmp_path, **SETTINGS)  # type: ignore[arg-type]
-    engine = fake_engine(settings, queue=0)  # capacity: one request
+    settings = Settings(cache_dir=tmp_path, max_requests=1, **SETTINGS)  # type: ignore[arg-type]
+    engine = fake_engine(settings)  # capacity: one request
     runtime = engine.runtime
     assert isinstance(runtime, FakeRuntime)
     runtime.gate = threading.Event()

@@ -10,7 +10,7 @@ from tests.clock import FakeClock
 
 def test_first_chunk_is_due_now_and_later_ones_when_the_audio_runs_out() -> None:
     clock = FakeClock()
-    pool = StreamPool(1, 8, margin_s=0.5, clock=clock)
+    pool = StreamPool(1, margin_s=0.5, clock=clock)
     with pool.playback() as playback:
         assert playback.due() == clock.now
         clock.advance(0.2)
@@ -27,13 +27,13 @@ def test_first_chunk_is_due_now_and_later_ones_when_the_audio_runs_out() -> None
 
 def test_a_first_chunk_credit_counts_it_due_before_it_arrives() -> None:
     clock = FakeClock()
-    pool = StreamPool(1, 8, first_credit_s=3.0, clock=clock)
+    pool = StreamPool(1, first_credit_s=3.0, clock=clock)
     with pool.playback() as playback:
         assert playback.due() == clock.now - 3.0
 
 
 def test_a_request_that_never_sent_audio_never_played() -> None:
-    pool = StreamPool(1, 8, clock=FakeClock())
+    pool = StreamPool(1, clock=FakeClock())
     with pool.playback():
         assert pool.playing == 0
     assert pool.playing == 0

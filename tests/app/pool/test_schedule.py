@@ -31,7 +31,7 @@ def _order(*, credit_s: float = 0.0, started_ago: float = 0.0, sent_s: float = 1
 
     async def main() -> None:
         clock = FakeClock()
-        pool = StreamPool(1, 8, margin_s=1.0, first_credit_s=credit_s, clock=clock)
+        pool = StreamPool(1, margin_s=1.0, first_credit_s=credit_s, clock=clock)
         gate = Gate()
         busy = asyncio.create_task(pool.run(gate.job("busy", hold=True)))
         await until(lambda: pool.busy == 1)
@@ -72,7 +72,7 @@ def test_a_first_chunk_credit_overtakes_chunks_overdue_by_less(credit_s: float, 
 def test_an_overdue_chunk_is_not_starved_by_new_first_chunks() -> None:
     async def main() -> None:
         clock = FakeClock()
-        pool = StreamPool(1, 16, margin_s=1.0, clock=clock)
+        pool = StreamPool(1, margin_s=1.0, clock=clock)
         gate = Gate()
         busy = asyncio.create_task(pool.run(gate.job("busy", hold=True)))
         await until(lambda: pool.busy == 1)
@@ -94,7 +94,7 @@ def test_an_overdue_chunk_is_not_starved_by_new_first_chunks() -> None:
 
 def test_equal_deadlines_go_to_the_older_request() -> None:
     async def main() -> None:
-        pool = StreamPool(1, 8, margin_s=0.0, clock=FakeClock())
+        pool = StreamPool(1, margin_s=0.0, clock=FakeClock())
         gate = Gate()
         busy = asyncio.create_task(pool.run(gate.job("busy", hold=True)))
         await until(lambda: pool.busy == 1)
@@ -114,7 +114,7 @@ def test_equal_deadlines_go_to_the_older_request() -> None:
 
 def test_a_disconnected_clients_chunk_leaves_the_queue() -> None:
     async def main() -> None:
-        pool = StreamPool(1, 8, clock=FakeClock())
+        pool = StreamPool(1, clock=FakeClock())
         gate = Gate()
         busy = asyncio.create_task(pool.run(gate.job("busy", hold=True)))
         await until(lambda: pool.busy == 1)
