@@ -8,8 +8,7 @@
 # leaves what it measured) and packs what it wrote into $OUT.
 #
 # What it measures, chosen from the first run (2026-12-04, bench/results/device-20261204-xeon16-8x2): the plain
-# 8 x 2 OpenVINO pool against the complete system as shipped (the server's defaults, untuned: is the wide session's
-# measurement keeping it off where it is the slower?), at 1 and 8 clients; `ort-defaults` comes with every run as
+# 8 x 2 OpenVINO pool against the complete system as shipped (the server's defaults, untuned), at 1 and 8 clients; `ort-defaults` comes with every run as
 # the output check's reference, and there its in-process jobs took 162 s (ONNX Runtime's thread defaults on 16
 # vCPUs in gVisor). About 440 s expected.
 #
