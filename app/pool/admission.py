@@ -31,9 +31,8 @@ class Admission:
       `capacity` requests are already admitted: latency never grows without bound.
     - `capacity` counts in listeners, not streams: as many requests as the pool plays at 1x (`listeners`: the
       measured real-time capacity, at least one per slot, one per slot until measured), then as many more as
-      would wait at most ``max_queue_wait_s`` for one of them to end (at the mean request time), at least one
-      per slot. ``max_requests``
-      > 0 fixes it instead, for an operator who matches it to the platform's concurrency.
+      would wait at most `MAX_QUEUE_WAIT_S` for one of them to end (at the mean request time), at least one
+      per slot. ``max_requests`` > 0 fixes it instead, for an operator who matches it to the platform's concurrency.
     - The players (requests whose first audio has left and whose synthesis has not ended) are counted here:
       `StreamPool.playback` calls `start_playing` at a request's first audio and `stop_playing` at its end.
     - `holds` tells the schedule whether a first chunk must wait for real-time capacity (``realtime_factor`` > 0):
@@ -41,12 +40,10 @@ class Admission:
       at 1x, never while fewer play than there are slots. The schedule ends a hold after ``max_hold_s``.
     """
 
-    def __init__(self, slots: int, throughput: Throughput, *, max_requests: int = 0,
-                 max_queue_wait_s: float = MAX_QUEUE_WAIT_S, realtime_factor: float = 0.0, max_hold_s: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, throughput: Throughput, *, max_requests: int = 0, realtime_factor: float = 0.0,
+                 max_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = slots
         self.max_requests = max_requests
-        self.max_queue_wait_s = max_queue_wait_s
         self.realtime_factor = realtime_factor
         self.max_hold_s = max_hold_s
         """Longest a first chunk is held for real-time capacity before it is scheduled as if admission were off
@@ -70,7 +67,7 @@ class Admission:
             return self.max_requests
         listeners = self.listeners
         # At least one queued per slot: it picks up the slot the moment a chunk ends, whatever requests last.
-        return listeners + max(self.slots, math.floor(self.max_queue_wait_s * listeners / self._mean_request_s))
+        return listeners + max(self.slots, math.floor(MAX_QUEUE_WAIT_S * listeners / self._mean_request_s))
 
     @property
     def admitted(self) -> int:
