@@ -105,11 +105,18 @@ def rewrite(source: Path, target: Path) -> dict[str, int]:
     """Write ``source`` with its stride-1 ``ConvInteger`` nodes as im2col and ``MatMulIntegerToFloat`` on int8
     weights to ``target``; returns how many were rewritten (``ConvInteger``) and left (``skipped``)."""
     import onnx
-    from onnx import helper
 
     model = onnx.load(str(source))
+    counts = rewrite_model(model)
+    onnx.save(model, str(target))
+    return counts
+
+
+def rewrite_model(model: Any) -> dict[str, int]:
+    """`rewrite` on a loaded model, in place."""
+    from onnx import helper
+
     counts = replace(model, {"ConvInteger": _rewrite}, "convgemm")
     if not any(entry.domain == OPSET_DOMAIN for entry in model.opset_import):
         model.opset_import.append(helper.make_opsetid(OPSET_DOMAIN, 1))
-    onnx.save(model, str(target))
     return counts

@@ -26,6 +26,9 @@ pass the output check (`app.tune.outputcheck`) when the tuner measures them.
   int8 weights packed once (`app.forms.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were most
   of its time, and run faster so (docs/performance.md).
 
+- ``fused``: the ``convgemm`` form with its decoder rewritten for the CPU (`app.forms.fused`): AdaIN and Snake in
+  fewer passes, and the activations kept channels last between the convolutions, for ONNX Runtime.
+
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
 ``form.json`` recording what it was made from and the sha256 of its files (`digest`), which keys its
 compile cache: the form is a model file of its own, not the shipped one. It is made in a sibling directory
@@ -56,13 +59,14 @@ IR = "ir"
 DEQUANT = "dequant"
 DEQUANT16 = "dequant16"
 CONVGEMM = "convgemm"
-FORMS: tuple[str, ...] = (ONNX, IR, DEQUANT, DEQUANT16, CONVGEMM)
+FUSED = "fused"
+FORMS: tuple[str, ...] = (ONNX, IR, DEQUANT, DEQUANT16, CONVGEMM, FUSED)
 """Every form this version knows."""
 
 OPENVINO_ONLY: frozenset[str] = frozenset({IR, DEQUANT, DEQUANT16})
 """Forms only OpenVINO can run."""
 
-ONNXRUNTIME_ONLY: frozenset[str] = frozenset({CONVGEMM})
+ONNXRUNTIME_ONLY: frozenset[str] = frozenset({CONVGEMM, FUSED})
 """Forms only ONNX Runtime runs (com.microsoft operators): the restore bridge runs them too."""
 
 RECORD = "form.json"
@@ -248,8 +252,17 @@ def _make_convgemm(source: Path, directory: Path) -> None:
     log.info("model form %s: rewrote %s", CONVGEMM, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
 
+def _make_fused(source: Path, directory: Path) -> None:
+    from app.forms.fused import rewrite
+
+    counts = rewrite(source, directory / ONNX_MODEL)
+    if not counts.get("ConvInteger"):
+        raise ValueError(f"{source.name} has no dynamically quantized convolution to rewrite")
+    log.info("model form %s: rewrote %s", FUSED, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant, DEQUANT16: _make_dequant16,
-                                                    CONVGEMM: _make_convgemm}
+                                                    CONVGEMM: _make_convgemm, FUSED: _make_fused}
 _REVISIONS = {DEQUANT: ".2"}
 """A maker that changes what it makes names its forms anew, so that a form made before is not taken for one of
 today's (``dequant.2``: the harmonic source's phase in fixed point, `app.forms.phase`)."""

@@ -1,0 +1,153 @@
+"""The ``fused`` form: the ``convgemm`` form with its decoder rewritten for the CPU, for ONNX Runtime.
+
+Where the ``convgemm`` form's time went on one thread of the Intel Xeon with AMX (docs/performance.md): the GEMMs
+14 %, the moves around them (Transpose 14 %, Concat 13 %, Slice 4 %), and the element-wise chains between
+convolutions (Sin 11 %, Mul 10 %, Add 8 %, Pow, Sub, Div, ReduceMean 4-2 % each), which ONNX Runtime runs one
+pass over the activations per node. Two rewrites, after the convolutions become GEMMs (`app.forms.convgemm`):
+
+1. **AdaIN then Snake in fewer passes** (`fuse_adain_snake`). Each generator block normalizes its input with the
+   style (AdaIN: ``y = (1 + g) (x - mean) / std + b``) and then applies Snake (``y + sin(a y)^2 / a``), in ten
+   passes. With ``k = a (1 + g) / std`` and ``a b`` computed on the per-channel vectors, ``u = a y = (x - mean) k +
+   a b``, and Snake is ``(u + sin(u)^2) / a``: eight passes, and ``sin(u)^2`` as a product instead of ``Pow``.
+   A Snake without AdaIN before it only loses its ``Pow``; so does every other ``Pow(x, 2)``.
+2. **Channels last** between the convolutions (`app.forms.channels_last`): no transposes around each GEMM.
+
+Both are the same function of the input up to float rounding, which the next convolution's dynamic quantization
+amplifies; the output check decides, as for every form, and the tuner measures it beside ``convgemm``.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.forms import channels_last, convgemm
+from app.forms.dequantize import Graph, NoMatch, rebuild
+
+PROBE_PHONEMES = "ðə kwˈɪk bɹˈWn fˈɑks."
+"""What the graph runs once to learn its tensors' ranks (`app.forms.channels_last.probe_shapes`)."""
+
+
+def rewrite(source: Path, target: Path) -> dict[str, int]:
+    """Write ``source`` as the ``fused`` form to ``target``; returns what was rewritten, by kind."""
+    import onnx
+
+    model = onnx.load(str(source))
+    counts = convgemm.rewrite_model(model)
+    if not counts.get("ConvInteger"):
+        return counts
+    counts.update(fuse_adain_snake(model))
+    counts.update({f"channels last: {k}": n for k, n in
+                   channels_last.channels_last(model, channels_last.probe_shapes(model, _probe_feeds())).items()})
+    onnx.save(model, str(target))
+    return counts
+
+
+def _probe_feeds() -> dict[str, np.ndarray]:
+    from app.text.vocab import Vocab
+    from app.voices import VoiceBank
+
+    ids = Vocab.embedded().ids(PROBE_PHONEMES)
+    style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
+    return {"tokens": np.array([[0, *ids, 0]], np.int64), "style": np.asarray(style, np.float32).reshape(1, -1),
+            "speed": np.array([1.0], np.float32)}
+
+
+def fuse_adain_snake(model: Any) -> dict[str, int]:
+    """Rewrite ``model`` in place as the module says (1.); returns how many Snakes were fused with their AdaIN
+    (``adain+snake``), alone (``snake``), and other ``Pow(x, 2)`` (``square``)."""
+    from onnx import helper
+
+    g = Graph(model.graph)
+    counts: collections.Counter[str] = collections.Counter()
+    added: list[Any] = []
+    gone: set[int] = set()
+    for sin in [n for n in model.graph.node if n.op_type == "Sin"]:
+        try:
+            snake = _snake(g, sin)
+        except NoMatch:
+            continue
+        scale_in, y, alpha, inverse, replaced, output = snake
+        name = sin.name or sin.output[0]
+        try:
+            d, std, gain, beta, adain = _adain(g, y)
+        except NoMatch:
+            u = scale_in.output[0]
+            counts["snake"] += 1
+        else:
+            u = f"{name}_u"
+            added += [helper.make_node("Mul", [gain, alpha], [f"{name}_ga"]),
+                      helper.make_node("Div", [f"{name}_ga", std], [f"{name}_k"]),
+                      helper.make_node("Mul", [beta, alpha], [f"{name}_ab"]),
+                      helper.make_node("Mul", [d, f"{name}_k"], [f"{name}_dk"]),
+                      helper.make_node("Add", [f"{name}_dk", f"{name}_ab"], [u])]
+            gone.update(id(n) for n in (*adain, scale_in))
+            counts["adain+snake"] += 1
+        added += [helper.make_node("Sin", [u], [f"{name}_s"]),
+                  helper.make_node("Mul", [f"{name}_s", f"{name}_s"], [f"{name}_s2"]),
+                  helper.make_node("Add", [u, f"{name}_s2"], [f"{name}_v"]),
+                  helper.make_node("Mul", [f"{name}_v", inverse], [output])]
+        gone.update(id(n) for n in replaced)
+    for node in model.graph.node:
+        if node.op_type == "Pow" and id(node) not in gone and _is_constant(g, node.input[1], 2.0):
+            added.append(helper.make_node("Mul", [node.input[0], node.input[0]], list(node.output)))
+            gone.add(id(node))
+            counts["square"] += 1
+    rebuild(model, g, added, gone)
+    return dict(counts)
+
+
+def _snake(g: Graph, sin: Any) -> tuple[Any, str, str, str, list[Any], str]:
+    """``y + Mul(1/a, Pow(Sin(Mul(a, y)), 2))`` around ``sin``: the ``Mul(a, y)``, ``y``, ``a`` and ``1/a`` (both
+    constants), the nodes from ``Sin`` on, and the Snake's output."""
+    scale_in = g.producer.get(sin.input[0])
+    if scale_in is None or scale_in.op_type != "Mul":
+        raise NoMatch("Sin of no Mul")
+    alpha = next((name for name in scale_in.input if name in g.initializers), None)
+    if alpha is None:
+        raise NoMatch("no constant alpha")
+    y = next(name for name in scale_in.input if name != alpha)
+    square = g.only_consumer(sin.output[0], "Pow")
+    if not _is_constant(g, square.input[1], 2.0):
+        raise NoMatch("not a square")
+    scale_out = g.only_consumer(square.output[0], "Mul")
+    inverse = next((name for name in scale_out.input if name in g.initializers), None)
+    add = g.only_consumer(scale_out.output[0], "Add")
+    if inverse is None or y not in add.input or not np.allclose(g.array(alpha) * g.array(inverse), 1.0, rtol=1e-5):
+        raise NoMatch("not y + sin(a y)^2 / a")
+    if {id(n) for n in g.consumers[y]} != {id(scale_in), id(add)}:
+        raise NoMatch("y is read elsewhere too")
+    return scale_in, y, alpha, inverse, [sin, square, scale_out, add], add.output[0]
+
+
+def _adain(g: Graph, y: str) -> tuple[str, str, str, str, list[Any]]:
+    """``y = Add(Mul(gain, Div(d, std)), beta)`` with ``d`` a ``Sub`` and ``std`` a ``Sqrt``: ``d``, ``std``,
+    ``gain``, ``beta`` and the three nodes that become the fused ones."""
+    add = g.producer.get(y)
+    if add is None or add.op_type != "Add":
+        raise NoMatch("no AdaIN")
+    for scaled in add.input:
+        mul = g.producer.get(scaled)
+        if mul is None or mul.op_type != "Mul":
+            continue
+        for normalized in mul.input:
+            div = g.producer.get(normalized)
+            if div is None or div.op_type != "Div":
+                continue
+            d, std = div.input
+            if (getattr(g.producer.get(d), "op_type", "") != "Sub" or
+                    getattr(g.producer.get(std), "op_type", "") != "Sqrt"):
+                continue
+            if len(g.consumers[normalized]) != 1 or len(g.consumers[scaled]) != 1:
+                continue
+            gain = next(name for name in mul.input if name != normalized)
+            beta = next(name for name in add.input if name != scaled)
+            return d, std, gain, beta, [add, mul, div]
+    raise NoMatch("no AdaIN")
+
+
+def _is_constant(g: Graph, name: str, value: float) -> bool:
+    return name in g.initializers and g.array(name).size == 1 and float(g.array(name).reshape(-1)[0]) == value
