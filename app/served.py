@@ -76,7 +76,7 @@ def _bridge_path(settings: Settings, choice: EngineChoice, model_path: Path, sou
 
     The form `app.tune.choice.bridge_choice` picked by measurement where one is made (by the tuner, or baked into the
     image): else ``source_path``, the ONNX file the served form was derived from, where the served form is one only
-    OpenVINO runs; a form only ONNX Runtime runs (``convgemm``) is run by the bridge itself."""
+    OpenVINO runs; a form only ONNX Runtime runs (``convgemm``, ``fused``) is run by the bridge itself."""
     if choice.form in store.ONNXRUNTIME_ONLY:
         return None
     fallback = source_path if model_path != source_path else None

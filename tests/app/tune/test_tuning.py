@@ -191,7 +191,8 @@ def test_candidates_fill_the_budget() -> None:
     assert candidates.shapes(16) == [(16, 1), (8, 2), (4, 4)]
     names = {c.name for c in candidates.candidates(2, frozenset({"avx2"}))}
     assert names == {"openvino-dequant-f32-2x1", "openvino-dequant-f32-1x2", "onnxruntime-f32-2x1",
-                     "onnxruntime-f32-1x2", "onnxruntime-convgemm-f32-2x1", "onnxruntime-convgemm-f32-1x2"}
+                     "onnxruntime-f32-1x2", "onnxruntime-convgemm-f32-2x1", "onnxruntime-convgemm-f32-1x2",
+                     "onnxruntime-fused-f32-2x1", "onnxruntime-fused-f32-1x2"}
     bf16 = [c for c in candidates.candidates(2, frozenset({"avx512_bf16"})) if c.precision == "bf16"]
     assert bf16 and all(c.form == "dequant16" for c in bf16)
 
