@@ -125,6 +125,22 @@ def test_channels_last_drops_the_transposes_around_each_gemm_and_computes_the_sa
     assert np.abs(got - expected).max() <= 0.02 * np.abs(expected).max()
 
 
+def test_each_im2col_as_one_gather_makes_the_same_columns() -> None:
+    """Channels last, the k taps' Slices and their Concat become one Gather: bit for bit the same output."""
+    rng = np.random.default_rng(3)
+    model = _conv_graph(rng)
+    convgemm.rewrite_model(model)
+    x = {"x": rng.normal(0, 1, (1, C, 250)).astype(np.float32)}
+    channels_last.channels_last(model, channels_last.probe_shapes(model, x))
+    expected = _run(model, x)
+    assert fused.im2col_as_gather(model) == {"im2col as gather": 2}
+    ops = [node.op_type for node in model.graph.node]
+    assert "Slice" not in ops and ops.count("Gather") == 2
+    assert np.array_equal(_run(model, x), expected)
+    short = {"x": rng.normal(0, 1, (1, C, 2)).astype(np.float32)}  # shorter than the kernel's reach
+    assert _run(model, short).shape == (1, C, 2)
+
+
 def test_stft_as_a_strided_convolution_computes_the_same_frames() -> None:
     from onnx import TensorProto, helper, numpy_helper
 
