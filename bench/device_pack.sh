@@ -4,12 +4,13 @@
 #
 # One device call carries 64 MiB with the tree (about 10 MB), so the parts are at most 47.4 MB each: the first calls
 # move one part each into /tmp/stage (an ignored folder of the tree does not survive between calls; /tmp does while
-# the machine stays warm, 30 s after a call), the last one brings the last part and runs the benchmark:
+# the machine stays warm, 30 s after a call), the last one brings the last part and tunes; one more runs the benchmark:
 #
 #   run(command="mkdir -p /tmp/stage && mv .dvparts/part.0 /tmp/stage/", carry=[".dvparts/part.0"])
 #   run(command="mkdir -p /tmp/stage && mv .dvparts/part.1 /tmp/stage/", carry=[".dvparts/part.1"])
-#   run(command="mv .dvparts/part.2 /tmp/stage/ && bash bench/device_8x2.sh", carry=[".dvparts/part.2"],
-#       timeout_s=560)
+#   run(command="mv .dvparts/part.2 /tmp/stage/ && PHASE=tune bash bench/device_8x2.sh", carry=[".dvparts/part.2"],
+#       timeout_s=500)
+#   run(command="PHASE=bench bash bench/device_8x2.sh", timeout_s=560)
 #
 # Issue the calls back to back (the machine goes back after 30 s idle, and /tmp/stage with it). The versions are
 # this checkout's venv's (`.venv`); wheels for cp312 come from the package index, docopt (an sdist only) is built
