@@ -22,6 +22,8 @@
 #   TUNE_TIMEOUT_S   the tuner's limit (default 420)
 #   BENCH_TIMEOUT_S  the bench's limit (default 480; the device call needs about 60 s more)
 #   CLIENTS          client counts (default 1,4,8)
+#   OV_CONFIG        the OpenVINO pool measured (default ov-sized-8x2, which `bench run` offers where the CPU budget
+#                    has 16 cores; ov-sized-2x1 to try the script on 2)
 #   TUNED            where the tuning goes (default /tmp/tuned)
 #   SITE             where the dependencies are unpacked (default /tmp/dsite)
 #   STAGE            where the calls left the parts (default /tmp/stage)
@@ -81,7 +83,7 @@ if [ "$phase" = bench ] || [ "$phase" = all ]; then
     if ls "$tuned"/tuning/*.json > /dev/null 2>&1; then tuning=(--tuned-dir "$tuned"); fi
     say "bench ${tuning[*]} (limit ${BENCH_TIMEOUT_S:-480} s)"
     timeout -s TERM "${BENCH_TIMEOUT_S:-480}" "$py" -m bench run "${tuning[@]}" --no-ceiling \
-        --configs ov-sized-8x2,complete --clients "${CLIENTS:-1,4,8}" --ramp-s 2 --window-s 12 --drain-s 4 \
+        --configs "${OV_CONFIG:-ov-sized-8x2},complete" --clients "${CLIENTS:-1,4,8}" --ramp-s 2 --window-s 12 --drain-s 4 \
         --idle-s 10 --quiet-window-s 5 --release-cycles 2 --growth-cycles 2 --cold-starts 1 \
         --out "$out/run" --cache-dir /tmp/kb 2>&1 | tee "$out/bench.log"
     say "bench exit ${PIPESTATUS[0]}"
