@@ -27,7 +27,8 @@ pass the output check (`app.tune.outputcheck`) when the tuner measures them.
   of its time, and run faster so (docs/performance.md).
 
 - ``fused``: the ``convgemm`` form with its decoder rewritten for the CPU (`app.forms.fused`): AdaIN and Snake in
-  fewer passes, and the activations kept channels last between the convolutions, for ONNX Runtime.
+  fewer passes, the activations kept channels last between the convolutions, the STFT as a ``Conv`` and each im2col
+  as one ``Gather``, for ONNX Runtime.
 
 A derived form lives in ``<writable>/forms/<source sha256[:16]>/<form>-ov<version>/`` next to a
 ``form.json`` recording what it was made from and the sha256 of its files (`digest`), which keys its
