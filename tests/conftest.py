@@ -141,3 +141,31 @@ def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), admin_token="admin-secret", quiet_window_s="0",
                      backend=SPEECH_BACKEND) as s:
         yield s
+
+
+def form_check(model: Path, made: Path, optimized_dir: Path, name: str) -> Any:
+    """The output check's verdict on a derived form's file ``made`` served by ONNX Runtime as the pool and the bridge
+    open it, against ONNX Runtime on ``model`` as shipped: two lengths (the tuning corpus's longest chunk among
+    them)."""
+    import numpy as np
+
+    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
+    from app.sizing import PoolShape
+    from app.text.vocab import Vocab
+    from app.tune import outputcheck
+    from app.voices import VoiceBank
+
+    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
+    served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
+                                optimized_dir=optimized_dir)
+    reference.load()
+    served.load()
+    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
+    expected, got = {}, {}
+    for text in ("hˈɛlO.", "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ."):
+        ids = vocab.ids(text)
+        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+        expected[text] = reference.infer(0, tokens, voice.style_for(len(ids)), 1.0)
+        got[text] = served.infer(0, tokens, voice.style_for(len(ids)), 1.0)
+    verdict, _ = outputcheck.compare(name, "onnxruntime", expected, got)
+    return verdict

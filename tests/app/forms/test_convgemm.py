@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 
 from app.forms import convgemm, modelfile, store
-from app.runtime.backends.onnxruntime import OnnxRuntimeBackend, graph_prefix
+from app.runtime.backends.onnxruntime import graph_prefix
 from app.settings import Settings
 from app.sizing import PoolShape
-from app.text.vocab import Vocab
-from app.tune import candidates, manifest, outputcheck
+from app.tune import candidates, manifest
 from app.tune.choice import EngineChoice, resolve_engine
-from app.voices import VoiceBank
 
 
 def _quantized_conv(path: Path, k: int, dilation: int, stride: int = 1, *, bias: bool = True, seed: int = 0,
@@ -134,22 +132,12 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
                                                               baked_form: tuple[Path, Path, str]) -> None:
     """The real rewrite of the embedded model, served by ONNX Runtime as the pool and the bridge open it, against
     ONNX Runtime on the model: two lengths (the tuning corpus's longest chunk among them)."""
+    from tests.conftest import form_check
+
     model = modelfile.resolve(None, [cache_dir / "models"])
     made = baked_form[1]
     assert made.name == store.ONNX_MODEL and store.digest(made) is not None
-    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
-    served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                optimized_dir=tmp_path / "onnxruntime")
-    reference.load()
-    served.load()
-    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
-    expected, got = {}, {}
-    for text in ("hˈɛlO.", "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ."):
-        ids = vocab.ids(text)
-        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-        expected[text] = reference.infer(0, tokens, voice.style_for(len(ids)), 1.0)
-        got[text] = served.infer(0, tokens, voice.style_for(len(ids)), 1.0)
-    verdict, _ = outputcheck.compare("onnxruntime-convgemm", "onnxruntime", expected, got)
+    verdict = form_check(model, made, tmp_path / "onnxruntime", "onnxruntime-convgemm")
     assert verdict.passed, verdict
 
 

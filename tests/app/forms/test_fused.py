@@ -12,12 +12,8 @@ import numpy as np
 import pytest
 
 from app.forms import channels_last, convgemm, fused, modelfile, store
-from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.settings import Settings
-from app.sizing import PoolShape
-from app.text.vocab import Vocab
-from app.tune import candidates, outputcheck
-from app.voices import VoiceBank
+from app.tune import candidates
 
 C = 6
 
@@ -170,6 +166,7 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
     """The real rewrite of the model the server serves (its timed copy), run by ONNX Runtime as the pool opens it,
     against ONNX Runtime on the model as shipped: two lengths."""
     from app.served import served_model
+    from tests.conftest import form_check
 
     model, digest = served_model(Settings(cache_dir=cache_dir), cache_dir)
     made = store.path(store.FUSED, model, tmp_path / "forms", digest)
@@ -177,20 +174,8 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
     # Of the 84 convolutions made GEMMs, each with a transpose in and out in the convgemm form, a few still take
     # their input from a transpose (where [1, C, T] comes in from a node left as it is) and fewer give theirs to one.
     assert "STFT" not in ops and "Pow" not in ops and transposed["in"] < 25 and transposed["out"] < 5, transposed
-    reference = OnnxRuntimeBackend(modelfile.resolve(None, [cache_dir / "models"]), PoolShape(1, 1),
-                                   runtime_defaults=False)
-    served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                optimized_dir=tmp_path / "onnxruntime")
-    reference.load()
-    served.load()
-    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
-    expected, got = {}, {}
-    for text in ("hˈɛlO.", "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ."):
-        ids = vocab.ids(text)
-        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-        expected[text] = reference.infer(0, tokens, voice.style_for(len(ids)), 1.0)
-        got[text] = served.infer(0, tokens, voice.style_for(len(ids)), 1.0)
-    verdict, _ = outputcheck.compare("onnxruntime-fused", "onnxruntime", expected, got)
+    verdict = form_check(modelfile.resolve(None, [cache_dir / "models"]), made, tmp_path / "onnxruntime",
+                         "onnxruntime-fused")
     assert verdict.passed, verdict
 
 
