@@ -3,7 +3,7 @@
 Where the ``convgemm`` form's time went on one thread of the Intel Xeon with AMX (docs/performance.md): the GEMMs
 14 %, the moves around them (Transpose 14 %, Concat 13 %, Slice 4 %), and the element-wise chains between
 convolutions (Sin 11 %, Mul 10 %, Add 8 %, Pow, Sub, Div, ReduceMean 4-2 % each), which ONNX Runtime runs one
-pass over the activations per node. Two rewrites, after the convolutions become GEMMs (`app.forms.convgemm`):
+pass over the activations per node. Four rewrites, after the convolutions become GEMMs (`app.forms.convgemm`):
 
 1. **AdaIN then Snake in fewer passes** (`fuse_adain_snake`). Each generator block normalizes its input with the
    style (AdaIN: ``y = (1 + g) (x - mean) / std + b``) and then applies Snake (``y + sin(a y)^2 / a``), in ten
@@ -18,7 +18,7 @@ pass over the activations per node. Two rewrites, after the convolutions become 
    padded input along T and a ``Concat`` that interleaves them row by row (a fifth of the run after 1-3); one
    ``Gather`` of rows ``t + j x dilation`` makes the same [T, k x C] columns in one pass, bit for bit.
 
-Both are the same function of the input up to float rounding, which the next convolution's dynamic quantization
+All four compute the same function of the input up to float rounding, which the next convolution's dynamic quantization
 amplifies; the output check decides, as for every form, and the tuner measures it beside ``convgemm``.
 """
 

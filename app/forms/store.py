@@ -243,23 +243,25 @@ def _make_dequant16(source: Path, directory: Path) -> None:
 
 
 def _make_convgemm(source: Path, directory: Path) -> None:
-    from app.forms.convgemm import rewrite
+    from app.forms import convgemm
 
+    _make_gemm_form(CONVGEMM, convgemm.rewrite, source, directory)
+
+
+def _make_fused(source: Path, directory: Path) -> None:
+    from app.forms import fused
+
+    _make_gemm_form(FUSED, fused.rewrite, source, directory)
+
+
+def _make_gemm_form(form: str, rewrite: Callable[[Path, Path], dict[str, int]], source: Path, directory: Path) -> None:
+    """A form whose rewrite starts by making the convolutions GEMMs (`app.forms.convgemm`)."""
     counts = rewrite(source, directory / ONNX_MODEL)
     if not counts.get("ConvInteger"):
         # A float export (or another quantizer's) has nothing to rewrite: the form would be the model again, and
         # the tuner would spend two trials measuring it twice.
         raise ValueError(f"{source.name} has no dynamically quantized convolution to rewrite")
-    log.info("model form %s: rewrote %s", CONVGEMM, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-
-
-def _make_fused(source: Path, directory: Path) -> None:
-    from app.forms.fused import rewrite
-
-    counts = rewrite(source, directory / ONNX_MODEL)
-    if not counts.get("ConvInteger"):
-        raise ValueError(f"{source.name} has no dynamically quantized convolution to rewrite")
-    log.info("model form %s: rewrote %s", FUSED, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    log.info("model form %s: rewrote %s", form, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
 
 
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant, DEQUANT16: _make_dequant16,

@@ -22,8 +22,8 @@ def candidates(cpus: int, flags: frozenset[str]) -> list[Candidate]:
     Runtime on the shipped model and on its ``convgemm`` form (the convolutions as GEMMs on int8 weights, which
     MLAS runs faster than ``ConvInteger`` wherever measured, docs/performance.md; its output differs from the
     shipped graph's by the bias's rounding and, without VNNI, int16 saturation, so the output check and the
-    measurement decide), and on its ``fused`` form (the decoder's element-wise chains in fewer passes and its
-    activations channels last, `app.forms.fused`).
+    measurement decide), and on its ``fused`` form (its decoder rewritten for the CPU, `app.forms.fused`; the tuner
+    decides per CPU between the two).
 
     Left out, each dominated wherever it was measured (docs/experiments.md): OpenVINO on the shipped export (slower
     than the dequantized form, with more memory, and its trials took a good part of a tuning); the ``ir`` form (the
