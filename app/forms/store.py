@@ -20,7 +20,9 @@ pass the output check (`app.tune.outputcheck`) when the tuner measures them.
   hint, which rounds every weight to bf16 anyway (8 bits of mantissa against f16's 11: storing them in f16
   first changes nothing the bf16 kernels see beyond f16's own rounding). The CPU plugin keeps the f16 weights
   and its own bf16 copies instead of f32 ones: the inference process holds less heap and less mapped file, at
-  the same speed within the noise (docs/performance.md).
+  the same speed within the noise (docs/performance.md). Its every ``Sin`` is a polynomial in element-wise
+  operations (`app.forms.sines`: the CPU plugin has no compiled ``Sin``) and its upsampling ordinary
+  convolutions (`app.forms.polyphase`); its directory is ``dequant16.2`` since.
 
 - ``convgemm``: the shipped export with each stride-1 ``ConvInteger`` as im2col and ``MatMulIntegerToFloat`` on
   int8 weights packed once (`app.forms.convgemm`), saved as ONNX, for ONNX Runtime: the convolutions were most
@@ -50,6 +52,7 @@ import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from app.forms import modelfile
 
@@ -222,15 +225,18 @@ def _make_dequant(source: Path, directory: Path, *, f16: bool = False) -> None:
 
     staged = directory / "dequantized.onnx"
     counts = dequantize(source, staged)
+    model = ov.Core().read_model(str(staged))
+    if f16:
+        counts.update(_bf16_rewrites(model))
     log.info("model form %s: rewrote %s", DEQUANT16 if f16 else DEQUANT,
              ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    ov.save_model(ov.Core().read_model(str(staged)), str(directory / MODEL), compress_to_fp16=f16)
+    ov.save_model(model, str(directory / MODEL), compress_to_fp16=f16)
     staged.unlink()
 
 
 def _make_dequant16(source: Path, directory: Path) -> None:
-    """From the ``dequant`` form beside it when that is already made (a read and a save, about 1 s), else from
-    the source (the dequantization again, about 5 s)."""
+    """From the ``dequant`` form beside it when that is already made (a read, a rewrite and a save, about 1 s),
+    else from the source (the dequantization again, about 5 s)."""
     import openvino as ov
 
     # ``directory`` is the partial one, in the directory the finished forms of this source share.
@@ -238,8 +244,19 @@ def _make_dequant16(source: Path, directory: Path) -> None:
     if not _complete(sibling):
         _make_dequant(source, directory, f16=True)
         return
-    log.info("model form %s: from %s", DEQUANT16, sibling)
-    ov.save_model(ov.Core().read_model(str(sibling / MODEL)), str(directory / MODEL), compress_to_fp16=True)
+    model = ov.Core().read_model(str(sibling / MODEL))
+    log.info("model form %s: from %s, rewrote %s", DEQUANT16, sibling,
+             ", ".join(f"{n} {k}" for k, n in sorted(_bf16_rewrites(model).items())))
+    ov.save_model(model, str(directory / MODEL), compress_to_fp16=True)
+
+
+def _bf16_rewrites(model: Any) -> dict[str, int]:
+    """The bf16 form's rewrites for OpenVINO's CPU plugin: ``Sin`` as polynomials (`app.forms.sines`) and the
+    upsampling as ordinary convolutions (`app.forms.polyphase`). Not the f32 form's: there the polynomials made
+    OpenVINO no faster (docs/experiments.md), and f32 OpenVINO is no candidate the tuner picks anywhere."""
+    from app.forms import polyphase, sines
+
+    return sines.rewrite(model) | polyphase.rewrite(model)
 
 
 def _make_convgemm(source: Path, directory: Path) -> None:
@@ -266,9 +283,10 @@ def _make_gemm_form(form: str, rewrite: Callable[[Path, Path], dict[str, int]], 
 
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant, DEQUANT16: _make_dequant16,
                                                     CONVGEMM: _make_convgemm, FUSED: _make_fused}
-_REVISIONS = {DEQUANT: ".2"}
+_REVISIONS = {DEQUANT: ".2", DEQUANT16: ".2"}
 """A maker that changes what it makes names its forms anew, so that a form made before is not taken for one of
-today's (``dequant.2``: the harmonic source's phase in fixed point, `app.forms.phase`)."""
+today's (``dequant.2``: the harmonic source's phase in fixed point, `app.forms.phase`; ``dequant16.2``: the
+bf16 rewrites, `_bf16_rewrites`)."""
 
 
 def main(argv: list[str]) -> int:
