@@ -8,9 +8,10 @@ JIT element-wise kernels, fused where a chain allows.
 
 So ``sin(x)`` becomes, with ``k = round(x / pi)`` and ``r = x - k pi`` in [-pi/2, pi/2] (``pi`` split in two
 constants, Cody and Waite, so that ``k pi`` keeps f32's precision up to ``|x|`` of about 10^4):
-``sin(x) = (-1)^k r P(r^2)``, with ``P`` the Taylor series to ``r^11`` (error below 6e-8 on the interval, under
-f32's rounding of ``r``). A ``Sin`` whose only consumer squares it (Snake's ``Pow(sin(u), 2)``) becomes
-``(r P(r^2))^2`` with no sign, since ``sin^2`` has period pi.
+``sin(x) = (-1)^k r P(r^2)``, with ``P`` a cubic (`POLYNOMIAL`): within 1.2e-6 of ``sin``, far below the bf16
+rounding of every activation around it, in three multiply-adds (the Taylor series to ``r^11`` took five, for
+7 % more time per inference and no audible or measurable difference). A ``Sin`` whose only consumer squares it
+(Snake's ``Pow(sin(u), 2)``) becomes ``(r P(r^2))^2`` with no sign, since ``sin^2`` has period pi.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-TAYLOR = (1.0, -1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800)
-"""sin(r) / r as a polynomial in r^2, lowest order first."""
+POLYNOMIAL = (0.9999992456055031, -0.16665682729337752, 0.008313258712494019, -0.0001852435730243616)
+"""sin(r) / r as a polynomial in r^2 on [-pi/2, pi/2], lowest order first: near-minimax (Lawson's iteration on
+Chebyshev nodes), sin(r) within 1.2e-6, a three-thousandth of bf16's rounding."""
 PI_HIGH = float(np.float32(math.pi))
 PI_LOW = math.pi - PI_HIGH
 
@@ -60,8 +62,8 @@ def _reduced(x: Any) -> tuple[Any, Any]:
     k = ops.round(ops.multiply(x, _scalar(1 / math.pi)), "half_to_even")
     r = ops.subtract(ops.subtract(x, ops.multiply(k, _scalar(PI_HIGH))), ops.multiply(k, _scalar(PI_LOW)))
     r2 = ops.multiply(r, r)
-    p = _scalar(TAYLOR[-1])
-    for coefficient in reversed(TAYLOR[:-1]):
+    p = _scalar(POLYNOMIAL[-1])
+    for coefficient in reversed(POLYNOMIAL[:-1]):
         p = ops.add(ops.multiply(r2, p), _scalar(coefficient))
     return k, ops.multiply(r, p)
 

@@ -40,8 +40,9 @@ def test_sin_and_its_square_become_polynomials_with_the_same_values() -> None:
         assert "Sin" not in {n.get_type_name() for n in model.get_ops()}
         got = _run(model, values).astype(np.float64)
         want = exact ** 2 if square else exact
-        # f32's rounding of x itself (|x| up to 2,000: 1.2e-4) bounds what any f32 sin can match.
-        tolerance = 2e-7 + 1.5 * np.abs(values) * np.finfo(np.float32).eps
+        # The cubic's own error (1.2e-6 for sin, 2.4e-6 for its square), plus f32's rounding of x itself (|x| up to
+        # 2,000: 1.2e-4), which bounds what any f32 sin can match.
+        tolerance = 2.5e-6 + 1.5 * np.abs(values) * np.finfo(np.float32).eps
         assert np.all(np.abs(got - want) <= tolerance), np.max(np.abs(got - want) - tolerance)
 
 
@@ -56,4 +57,4 @@ def test_a_sin_with_other_consumers_keeps_its_sign() -> None:
     values = np.linspace(-7, 7, 1001, dtype=np.float32)
     compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     outputs = compiled({"x": values})
-    np.testing.assert_allclose(outputs[1], 2 * np.sin(values), atol=1e-6)
+    np.testing.assert_allclose(outputs[1], 2 * np.sin(values), atol=3e-6)
