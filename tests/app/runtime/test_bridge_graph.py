@@ -100,6 +100,31 @@ def test_the_bridge_spins_for_a_bounded_time_and_the_streams_do_not(model: Path,
     assert streams.spinning_us() == 0
 
 
+def test_the_sessions_plan_no_memory_pattern_and_speak_the_same(model: Path, tmp_path: Path) -> None:
+    """The pool's and the bridge's sessions allocate each tensor from the arena instead of one planned block per input
+    length (ONNX Runtime's memory pattern, which kept far more memory with Kokoro's varying lengths): the audio is
+    the same, bit for bit, as a session with the pattern."""
+    import onnxruntime as ort
+
+    streams = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=tmp_path)
+    streams.load()
+    bridge = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
+    bridge.load()
+    for backend in (streams, bridge):
+        assert not backend._sessions[0].get_session_options().enable_mem_pattern
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    assert options.enable_mem_pattern  # ONNX Runtime's default
+    patterned = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    vocab = Vocab.embedded()
+    ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
+    tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+    style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
+    expected = patterned.run(["audio"], {"tokens": tokens, "style": style.reshape(1, -1),
+                                         "speed": np.array([1.0], np.float32)})[0]
+    assert np.array_equal(speak(bridge), expected)
+
+
 def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path) -> None:
     backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
     import onnxruntime
