@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from app.forms.ovgraph import constant_value
+
 
 def rewrite(model: Any) -> dict[str, int]:
     """Rewrite every 1-D ``ConvolutionBackpropData`` of the known shape in ``model`` (an ``openvino.Model``, in
@@ -37,7 +39,7 @@ def _rewrite(node: Any) -> bool:
     if node.get_input_size() != 2:
         return False  # an explicit output shape
     attributes = node.get_attributes()
-    weights = _constant(node.input_value(1))
+    weights = constant_value(node.input_value(1))
     if weights is None or weights.ndim != 3 or attributes.get("auto_pad", "explicit") != "explicit":
         return False
     stride, pad = attributes["strides"][0], attributes["pads_begin"][0]
@@ -58,13 +60,6 @@ def _rewrite(node: Any) -> bool:
         y = ops.slice(y, _ints(pad), _ints(-pad), _ints(1), _ints(2))
     node.output(0).replace(y.output(0))
     return True
-
-
-def _constant(output: Any) -> np.ndarray | None:
-    node = output.get_node()
-    if node.get_type_name() == "Convert":  # f16-stored weights are decompressed by a Convert
-        node = node.input_value(0).get_node()
-    return np.asarray(node.get_data(), dtype=np.float32) if node.get_type_name() == "Constant" else None
 
 
 def _ints(*values: int) -> Any:

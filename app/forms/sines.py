@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from app.forms.ovgraph import constant_value
+
 POLYNOMIAL = (0.9999992456055031, -0.16665682729337752, 0.008313258712494019, -0.0001852435730243616)
 """sin(r) / r as a polynomial in r^2 on [-pi/2, pi/2], lowest order first: near-minimax (Lawson's iteration on
 Chebyshev nodes), sin(r) within 1.2e-6, a three-thousandth of bf16's rounding."""
@@ -76,13 +78,8 @@ def _only_square(node: Any) -> Any | None:
     power = targets[0].get_node()
     if power.get_type_name() != "Power" or targets[0].get_index() != 0:
         return None
-    exponent = power.input_value(1).get_node()
-    if exponent.get_type_name() == "Convert":  # f16-stored constants are decompressed by a Convert
-        exponent = exponent.input_value(0).get_node()
-    if exponent.get_type_name() != "Constant":
-        return None
-    values = np.asarray(exponent.get_data(), dtype=np.float64).reshape(-1)
-    return power if values.size == 1 and values[0] == 2.0 else None
+    exponent = constant_value(power.input_value(1))
+    return power if exponent is not None and exponent.size == 1 and exponent.reshape(-1)[0] == 2.0 else None
 
 
 def _scalar(value: float) -> Any:

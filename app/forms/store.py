@@ -228,8 +228,7 @@ def _make_dequant(source: Path, directory: Path, *, f16: bool = False) -> None:
     model = ov.Core().read_model(str(staged))
     if f16:
         counts.update(_bf16_rewrites(model))
-    log.info("model form %s: rewrote %s", DEQUANT16 if f16 else DEQUANT,
-             ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    log.info("model form %s: rewrote %s", DEQUANT16 if f16 else DEQUANT, _listed(counts))
     ov.save_model(model, str(directory / MODEL), compress_to_fp16=f16)
     staged.unlink()
 
@@ -245,8 +244,7 @@ def _make_dequant16(source: Path, directory: Path) -> None:
         _make_dequant(source, directory, f16=True)
         return
     model = ov.Core().read_model(str(sibling / MODEL))
-    log.info("model form %s: from %s, rewrote %s", DEQUANT16, sibling,
-             ", ".join(f"{n} {k}" for k, n in sorted(_bf16_rewrites(model).items())))
+    log.info("model form %s: from %s, rewrote %s", DEQUANT16, sibling, _listed(_bf16_rewrites(model)))
     ov.save_model(model, str(directory / MODEL), compress_to_fp16=True)
 
 
@@ -278,7 +276,12 @@ def _make_gemm_form(form: str, rewrite: Callable[[Path, Path], dict[str, int]], 
         # A float export (or another quantizer's) has nothing to rewrite: the form would be the model again, and
         # the tuner would spend two trials measuring it twice.
         raise ValueError(f"{source.name} has no dynamically quantized convolution to rewrite")
-    log.info("model form %s: rewrote %s", form, ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    log.info("model form %s: rewrote %s", form, _listed(counts))
+
+
+def _listed(counts: dict[str, int]) -> str:
+    """What a maker rewrote, for its log line: ``3 sin, 48 sin squared``."""
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
 
 
 _MAKERS: dict[str, Callable[[Path, Path], None]] = {IR: _make_ir, DEQUANT: _make_dequant, DEQUANT16: _make_dequant16,
