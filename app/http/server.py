@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # One table from domain errors to HTTP: (status, OpenAI error type).
 STATUS: list[tuple[type[Exception], int, str]] = [
     (errors.InputTooLarge, 413, "invalid_request_error"),
-    (errors.InvalidType, 422, "invalid_request_error"),
+    (errors.InvalidType, 400, "invalid_request_error"),  # OpenAI answers a wrong type with 400, not 422
     (errors.InvalidInput, 400, "invalid_request_error"),
     (errors.Unauthorized, 401, "authentication_error"),
     (errors.Disabled, 404, "invalid_request_error"),

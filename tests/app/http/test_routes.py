@@ -48,10 +48,10 @@ ERRORS = [
     ({"input": "hi", "voice": "af_heart", "response_format": "ogg"}, 400, "response_format"),
     ({"input": "hi", "voice": "af_heart", "speed": 9}, 400, "speed"),
     ({"input": "hi", "voice": "af_heart", "speed": 0.1}, 400, "speed"),
-    ({"input": "hi", "voice": "af_heart", "speed": "fast"}, 422, "speed"),
-    ({"input": 42, "voice": "af_heart"}, 422, "input"),
-    ({"input": "hi", "voice": ["af_heart"]}, 422, "voice"),
-    ({"input": "hi", "voice": "af_heart", "stream": "yes"}, 422, "stream"),
+    ({"input": "hi", "voice": "af_heart", "speed": "fast"}, 400, "speed"),
+    ({"input": 42, "voice": "af_heart"}, 400, "input"),
+    ({"input": "hi", "voice": ["af_heart"]}, 400, "voice"),
+    ({"input": "hi", "voice": "af_heart", "stream": "yes"}, 400, "stream"),
     ({"input": "hi", "model": "whisper-1"}, 400, "model"),
     ({"input": "x" * 601, "voice": "af_heart"}, 413, "input"),
     ({"voice": "af_heart"}, 400, "input"),
@@ -71,7 +71,7 @@ def test_bad_input_gets_an_openai_shaped_error(client: TestClient, body: dict[st
 @pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"\xff\xfe{}", b"null", b'"text"', b"[" * 50_000])
 def test_malformed_bodies_get_4xx(client: TestClient, raw: bytes) -> None:
     response = client.post("/v1/audio/speech", content=raw, headers={"content-type": "application/json"})
-    assert response.status_code in (400, 422)
+    assert response.status_code == 400
     assert "error" in response.json()
 
 
