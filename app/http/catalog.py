@@ -43,6 +43,22 @@ async def list_models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": data})
 
 
+async def list_audio_models(request: Request) -> JSONResponse:
+    """The speech models as Open WebUI reads ``GET {base}/audio/models``: ``{"models": [{"id": ...}]}``."""
+    return JSONResponse({"models": [{"id": name, "name": name} for name in MODELS]})
+
+
+async def root(request: Request) -> JSONResponse:
+    """``GET /``: what this is and where to go (LiveKit's OpenAI plugin prewarms its connection with it)."""
+    return JSONResponse({"name": "kokoro-cpu-tts", "description": "Kokoro-82M text to speech, OpenAI's speech API",
+                         "links": LINKS})
+
+
+LINKS = {"speech": "/v1/audio/speech", "voices": "/v1/audio/voices", "models": "/v1/models",
+         "audio_models": "/v1/audio/models", "info": "/v1/info", "web": "/web", "health": "/healthz",
+         "ready": "/readyz", "metrics": "/metrics"}
+
+
 async def info(request: Request) -> JSONResponse:
     svc = services(request)
     resolved = svc.engine.resolved
@@ -68,5 +84,7 @@ async def info(request: Request) -> JSONResponse:
 routes = [
     Route("/v1/audio/voices", list_voices, methods=["GET"]),
     Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/audio/models", list_audio_models, methods=["GET"]),
+    Route("/", root, methods=["GET"]),
     Route("/v1/info", info, methods=["GET"]),
 ]

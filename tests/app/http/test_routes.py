@@ -95,6 +95,14 @@ def test_catalog_endpoints(client: TestClient) -> None:
     legacy = client.get("/v1/audio/voices?legacy=true").json()
     assert legacy["voices"][0] == "af_heart" and len(legacy["voices"]) == 54
     assert "kokoro" in [m["id"] for m in client.get("/v1/models").json()["data"]]
+    # Open WebUI's shapes: {base}/audio/voices as {"voices": [{"id", "name"}]}, {base}/audio/models as
+    # {"models": [{"id"}]}.
+    assert all(v["id"] == v["name"] for v in voices["voices"])
+    assert "tts-1" in [m["id"] for m in client.get("/v1/audio/models").json()["models"]]
+    # LiveKit's OpenAI plugin prewarms with GET /: the service's name and where to go.
+    root = client.get("/").json()
+    assert root["name"] == "kokoro-cpu-tts"
+    assert all(client.get(path).status_code == 200 for path in root["links"].values() if path != "/v1/audio/speech")
     info = client.get("/v1/info").json()
     assert info["resolved"]["backend"] == "fake" and info["active_backend"] == "fake"
     assert info["pool"]["streams"] == info["pool"]["slots"] == 1 and info["pool"]["listeners"] == 1
@@ -174,7 +182,8 @@ def test_manual_release_is_off_without_an_admin_token(client: TestClient) -> Non
 def test_api_key_guards_every_endpoint_but_the_probes(tmp_path: Path) -> None:
     settings = Settings(cache_dir=tmp_path, api_key="k3y", admin_token="4dmin", **SETTINGS)  # type: ignore[arg-type]
     key = {"Authorization": "Bearer k3y"}
-    guarded = ["/v1/models", "/v1/info", "/metrics", "/v1/lifecycle", "/v1/audio/voices", "/no/such/path"]
+    guarded = ["/", "/v1/models", "/v1/audio/models", "/v1/info", "/metrics", "/v1/lifecycle", "/v1/audio/voices",
+               "/no/such/path"]
     with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
         for path in guarded:
             refused = client.get(path)
