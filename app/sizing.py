@@ -9,12 +9,15 @@ thread per stream, which measured most efficient on 2 cores (RUNTIME-FACTS).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from lifecycle import cgroup
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,25 @@ class PoolShape:
 
 
 def shape_for(budget: CpuBudget, streams: int = 0, threads_per_stream: int = 0) -> PoolShape:
-    """The pool shape for a CPU budget; non-zero arguments override the rule."""
+    """The pool shape for a CPU budget; non-zero arguments override the rule, within the budget.
+
+    The threads never outnumber ``budget.cpus`` where the streams allow it: where ``streams`` x
+    ``threads_per_stream`` would (``TTS_STREAMS=2`` with a manifest tuned 1 x 2 on 2 CPUs), the streams stay (they
+    are the concurrency the deployment's limits follow) and each gets ``cpus // streams`` threads, logged: threads
+    beyond the CPUs only take turns on them.
+    More streams than CPUs get one thread each, with a warning: the benchmark's runtime-defaults baseline runs 4
+    sessions on any machine on purpose, so this is not refused."""
     cores = budget.cores
     threads = threads_per_stream or (2 if cores >= 4 else 1)
-    return PoolShape(streams=streams or max(1, cores // threads), threads_per_stream=threads)
+    streams = streams or max(1, cores // threads)
+    cpus = budget.cpus
+    if streams * threads > cpus:
+        fitted = max(1, cpus // streams)
+        log.warning("pool: %d streams x %d threads would be %d threads on %d CPUs; serving %d x %d%s", streams,
+                    threads, streams * threads, cpus, streams, fitted,
+                    f" (TTS_STREAMS above {cpus} still oversubscribes)" if streams > cpus else "")
+        threads = fitted
+    return PoolShape(streams=streams, threads_per_stream=threads)
 
 
 def read_budget(root: Path = Path("/sys/fs/cgroup"), proc: Path = Path("/proc")) -> CpuBudget:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.sizing import CpuBudget, read_quota, shape_for
 
 
@@ -40,8 +42,26 @@ def test_affinity_bounds_as_well_as_quota() -> None:
 
 
 def test_settings_override_the_rule() -> None:
-    shape = shape_for(CpuBudget(2, 2, 2, None), streams=3, threads_per_stream=2)
+    shape = shape_for(CpuBudget(8, 8, 8, None), streams=3, threads_per_stream=2)
     assert (shape.streams, shape.threads_per_stream) == (3, 2)
+
+
+def test_the_pool_never_asks_for_more_threads_than_the_cpus() -> None:
+    two = CpuBudget(2, 2, 2, None)
+    # TTS_STREAMS=2 with a shape tuned 1 x 2: the streams stay, each gets what the budget leaves.
+    shape = shape_for(two, streams=2, threads_per_stream=2)
+    assert (shape.streams, shape.threads_per_stream, shape.threads) == (2, 1, 2)
+    # Explicit streams on a bigger budget: the rule's 2 threads shrink to fit.
+    shape = shape_for(CpuBudget(8, 8, 8, None), streams=6)
+    assert (shape.streams, shape.threads_per_stream) == (6, 1)
+    # Within the budget a shape stays as asked.
+    assert shape_for(CpuBudget(8, 8, 8, None), threads_per_stream=4).threads == 8
+
+
+def test_more_streams_than_cpus_get_one_thread_each_and_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    shape = shape_for(CpuBudget(2, 2, 2, None), streams=3, threads_per_stream=2)
+    assert (shape.streams, shape.threads_per_stream) == (3, 1)
+    assert "TTS_STREAMS above 2 still oversubscribes" in caplog.text
 
 
 def test_cgroup_v2_cpu_max(tmp_path: Path) -> None:
