@@ -23,6 +23,7 @@ from app.runtime.spec import SERVER, Options, Spec
 from app.settings import Settings, SettingsError
 from app.sizing import CpuBudget, shape_for
 from app.text.vocab import Vocab
+from app.tune import portable
 from app.tune.choice import EngineChoice, resolve_engine
 from app.voices import Voice, VoiceBank
 
@@ -49,12 +50,17 @@ def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) ->
     timestamps = timed.digest(model_path) is not None
     if settings.backend == "auto" and not digest:
         digest = modelfile.sha256_of(model_path)
-    choice = resolve_engine(settings, budget.cpus, digest, writable)
+    choice = resolve_engine(settings, budget.cpus, digest, writable, shipped=options.shipped_tuning)
     settings = dataclasses.replace(settings, backend=choice.backend, precision=choice.precision,
                                    streams=choice.streams, threads_per_stream=choice.threads_per_stream)
     source_path = model_path
-    model_path = store.path(choice.form, model_path, writable, digest,
-                            read_only=[settings.baked_cache_dir, settings.cache_dir])
+    read_only = [settings.baked_cache_dir, settings.cache_dir]
+    if choice.source == "default":
+        model_path, served_form = portable.form_path(model_path, writable, digest, read_only)
+        choice = dataclasses.replace(choice, reason=f"{choice.reason}: {served_form}",
+                                     form=choice.form if model_path != source_path else store.ONNX)
+    else:
+        model_path = store.path(choice.form, model_path, writable, digest, read_only=read_only)
     shape = shape_for(budget, settings.streams, settings.threads_per_stream)
     try:
         voices = VoiceBank.load(settings.voices_path, settings.alias_table())

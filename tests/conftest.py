@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
+from app.runtime.spec import Options
+from bench import variant
 from bench.server import free_port, launch, terminate, wait_ready
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,18 +105,22 @@ def until_primary(info: Callable[[], dict[str, Any]], timeout_s: float = 180.0, 
 
 @contextmanager
 def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tuple[str, ...] = (),
-                primary: bool = True, **settings: str) -> Iterator[LiveServer]:
+                primary: bool = True, options: Options | None = None, **settings: str) -> Iterator[LiveServer]:
     """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
 
     ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
     interpreter (a command that sets up a namespace, then execs it, keeping the pid). Started and
     awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`), then,
-    with ``primary``, until the primary form serves (`until_primary`)."""
+    with ``primary``, until the primary form serves (`until_primary`). ``options``: run it as the benchmark runs a
+    baseline (`bench.variant`)."""
     port = free_port()
     # The shipped defaults, but for what a test names: the same request gives the same audio at any load, so no
     # default needs turning off for a test to compare responses byte for byte.
     env = {"TTS_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     env.update({f"TTS_{k.upper()}": v for k, v in settings.items()})
+    if options is not None:
+        env.update(variant.launch_env(options))
+        module = variant.module_for(env)
     log_path = log_dir / f"server-{port}.log"
     process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
@@ -143,29 +149,9 @@ def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield s
 
 
-def form_check(model: Path, made: Path, optimized_dir: Path, name: str) -> Any:
-    """The output check's verdict on a derived form's file ``made`` served by ONNX Runtime as the pool and the bridge
-    open it, against ONNX Runtime on ``model`` as shipped: two lengths (the tuning corpus's longest chunk among
-    them)."""
-    import numpy as np
+def form_check(model: Path, made: Path, optimized_dir: Path) -> dict[str, Any]:
+    """The output check's verdict on a derived form's file ``made`` against ONNX Runtime on ``model`` as shipped: the
+    check the server runs on the portable default's form (`app.tune.portable.check`)."""
+    from app.tune import portable
 
-    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
-    from app.sizing import PoolShape
-    from app.text.vocab import Vocab
-    from app.tune import outputcheck
-    from app.voices import VoiceBank
-
-    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
-    served = OnnxRuntimeBackend(made, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                optimized_dir=optimized_dir)
-    reference.load()
-    served.load()
-    vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
-    expected, got = {}, {}
-    for text in ("hˈɛlO.", "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə ɪf ju ɑɹ hˈɛdɪŋ ˈWt ˈæftəɹ lˈʌnʧ."):
-        ids = vocab.ids(text)
-        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
-        expected[text] = reference.infer(0, tokens, voice.style_for(len(ids)), 1.0)
-        got[text] = served.infer(0, tokens, voice.style_for(len(ids)), 1.0)
-    verdict, _ = outputcheck.compare(name, "onnxruntime", expected, got)
-    return verdict
+    return portable.check(model, made, optimized_dir)

@@ -74,6 +74,8 @@ ONNXRUNTIME_ONLY: frozenset[str] = frozenset({CONVGEMM, FUSED})
 """Forms only ONNX Runtime runs (com.microsoft operators): the restore bridge runs them too."""
 
 RECORD = "form.json"
+CHECK = "check.json"
+"""The output check's verdict on a form, where one was made for it (`record_check`)."""
 MODEL = "model.xml"
 ONNX_MODEL = "model.onnx"
 """A derived form's file: OpenVINO's IR, or an ONNX graph for the forms ONNX Runtime runs."""
@@ -147,6 +149,37 @@ def digest(form_path: Path) -> str | None:
         return None
     value = record.get("sha256") if isinstance(record, dict) else None
     return str(value) if value and form_path.name in (MODEL, ONNX_MODEL) else None
+
+
+def checked(form_path: Path, writable: Path) -> dict[str, Any] | None:
+    """The output check's verdict recorded for the derived form at ``form_path`` (`record_check`), or None."""
+    for place in _check_places(form_path, writable):
+        try:
+            verdict = json.loads(place.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(verdict, dict):
+            return verdict
+    return None
+
+
+def record_check(form_path: Path, writable: Path, verdict: dict[str, Any]) -> Path:
+    """Keep ``verdict`` beside the form, or under ``writable`` where the form's directory is read-only (a form baked
+    into the image), keyed by the form's digest: the check runs once per form, not once per start."""
+    for place in _check_places(form_path, writable):
+        try:
+            place.parent.mkdir(parents=True, exist_ok=True)
+            partial = place.with_name(f".{place.name}.{os.getpid()}")
+            partial.write_text(json.dumps(verdict, indent=2) + "\n")
+            os.replace(partial, place)
+            return place
+        except OSError:
+            continue
+    raise OSError(f"nowhere writable to record the output check of {form_path}")
+
+
+def _check_places(form_path: Path, writable: Path) -> list[Path]:
+    return [form_path.parent / CHECK, writable / "forms" / "checks" / f"{digest(form_path) or 'unknown'}.json"]
 
 
 def _complete(directory: Path) -> bool:

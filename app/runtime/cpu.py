@@ -41,6 +41,35 @@ def isa_family(flags: Iterable[str]) -> str:
     return "generic"
 
 
+# The tiers a tuning result travels by (`cpu_class`): what decides which kernels ONNX Runtime's MLAS and OpenVINO's
+# oneDNN run, most capable first. VNNI gives int8 dot products (the int8 forms' GEMMs); BF16 gives OpenVINO's bf16
+# hint native arithmetic; AMX adds the tile units.
+_CLASS_TIERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("amx", frozenset({"amx_tile", "amx_bf16", "avx512f"})),
+    ("avx512-bf16", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"})),
+    ("avx512-vnni", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni"})),
+    ("avx512", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})),
+    ("avx2", frozenset({"avx2", "fma"})),
+    ("sse4", frozenset({"sse4_2"})),
+)
+_VENDORS = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}
+
+
+def cpu_class(flags: Iterable[str], vendor: str) -> str:
+    """The class a tuning result is shared within: the vendor and the best instruction-set tier all of whose flags
+    are present (``amd-avx512-bf16``, ``intel-amx``, ``intel-avx2``). Two CPUs of one class run the same kernels, so
+    the ranking measured on one holds on the other within the noise."""
+    present = set(flags)
+    tier = next((name for name, needed in _CLASS_TIERS if needed <= present), "generic")
+    return f"{vendor}-{tier}"
+
+
+def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """``intel``, ``amd``, or the kernel's ``vendor_id`` in lower case (``other`` where it says none)."""
+    value = _field(cpuinfo, ("vendor_id",))
+    return _VENDORS.get(value, value.lower() or "other")
+
+
 def family() -> str:
     """This machine's family."""
     return isa_family(cpu_flags())
@@ -57,12 +86,17 @@ def flags_digest(flags: Iterable[str] | None = None) -> str:
 
 def cpu_model_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's brand string (``model name``), or ``unknown`` where the kernel does not say."""
+    return _field(cpuinfo, ("model name", "Model", "cpu model")) or "unknown"
+
+
+def _field(cpuinfo: Path, names: tuple[str, ...]) -> str:
+    """The first processor's value of the first of ``names`` that /proc/cpuinfo has, or ``""``."""
     try:
         text = cpuinfo.read_text()
     except OSError:
-        return "unknown"
+        return ""
     for line in text.splitlines():
         name, _, value = line.partition(":")
-        if name.strip() in ("model name", "Model", "cpu model"):
-            return value.strip() or "unknown"
-    return "unknown"
+        if name.strip() in names:
+            return value.strip()
+    return ""

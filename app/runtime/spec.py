@@ -42,6 +42,9 @@ class Options:
     load (the benchmark's cold starts without a cache)."""
     runtime_defaults: bool = False
     """Leave streams and threads to the runtime's own defaults (the benchmark's baseline)."""
+    shipped_tuning: bool = True
+    """Serve with a tuning manifest shipped in the package where one covers this CPU or its class (`app.tune.choice`);
+    False serves as an instance on a CPU class never measured would (the benchmark's foreign instance)."""
     shape_cache: int = 0
     """OpenVINO's cache of per-input-shape kernels (``CPU_RUNTIME_CACHE_CAPACITY``, entries): at OpenVINO's default
     memory grows with every new input length without bound; 0 bounds it at a small cost in speed

@@ -1,8 +1,10 @@
-"""The engine the server serves with: the tuned choice for this machine, the default, or what a setting forces.
+"""The engine the server serves with: the tuned choice for this CPU or its class, the portable default, or what a
+setting forces.
 
-`resolve_engine` looks for a tuning manifest (`app.tune.manifest`) whose key matches this machine when
-``TTS_BACKEND=auto`` and returns an `EngineChoice`: the backend, precision, form and pool shape to serve with,
-why, and the form the ONNX Runtime bridge runs. The caller (`app.served`) serves with it.
+`resolve_engine` looks for a tuning manifest (`app.tune.manifest.find`: this CPU model first, then its class, in the
+cache directories before the manifests shipped with the package) when ``TTS_BACKEND=auto`` and returns an
+`EngineChoice`: the backend, precision, form and pool shape to serve with, why, and the form the ONNX Runtime bridge
+runs. Where none applies it is the portable default (`app.tune.portable`). The caller (`app.served`) serves with it.
 
 Light on purpose: the server resolves this at start, before anything heavy is imported.
 """
@@ -16,12 +18,10 @@ from typing import Any
 
 from app.forms.store import ONNXRUNTIME_ONLY as ONNXRUNTIME_FORMS
 from app.settings import Settings
-from app.tune.manifest import Candidate, TuneKey, find
+from app.tune import portable
+from app.tune.manifest import SHIPPED, Candidate, TuneKey, find
 
 log = logging.getLogger(__name__)
-
-DEFAULT_BACKEND = "openvino"
-"""What ``TTS_BACKEND=auto`` serves with when no manifest matches this machine."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class EngineChoice:
     """Which form the server runs, and why (shown by ``/v1/info`` and logged at start)."""
 
     source: str
-    """``tuned`` (a manifest matched), ``default`` (auto, none matched) or ``forced`` (TTS_BACKEND named one)."""
+    """``tuned`` (a manifest made on this CPU model), ``class`` (one made on another CPU of its class), ``default``
+    (auto, none found: the portable default) or ``forced`` (TTS_BACKEND named one)."""
     backend: str
     precision: str
     reason: str
@@ -57,32 +58,40 @@ class EngineChoice:
         return shown
 
 
-def resolve_engine(settings: Settings, cpus: int, model_sha256: str, writable: Path) -> EngineChoice:
-    """What to serve with under ``settings``: for ``backend=auto`` the tuned backend, precision, form and shape where
-    a manifest matches this machine (streams or threads set explicitly stay), else the default backend; otherwise
-    the backend the settings name."""
+def resolve_engine(settings: Settings, cpus: int, model_sha256: str, writable: Path, *,
+                   shipped: bool = True) -> EngineChoice:
+    """What to serve with under ``settings``: for ``backend=auto`` the tuned backend, precision, form and shape of the
+    manifest found for this CPU or its class (streams or threads set explicitly stay), else the portable default;
+    otherwise the backend the settings name. ``shipped``: look at the manifests shipped with the package too (the
+    benchmark's foreign instance looks at none)."""
     if settings.backend != "auto":
         return EngineChoice("forced", settings.backend, settings.precision, f"TTS_BACKEND={settings.backend}",
                             streams=settings.streams, threads_per_stream=settings.threads_per_stream)
     key = TuneKey.here(cpus, model_sha256)
-    directories = [d for d in (settings.baked_cache_dir, writable) if d is not None]
+    directories = [d for d in (settings.baked_cache_dir, writable) if d is not None] + ([SHIPPED] if shipped else [])
     found = find(list(dict.fromkeys(directories)), key)
     if found.manifest is None:
-        log.info("engine: %s; serving with the default form (%s, %s)", found.reason, DEFAULT_BACKEND,
-                 settings.precision)
-        return EngineChoice("default", DEFAULT_BACKEND, settings.precision, found.reason,
-                            streams=settings.streams, threads_per_stream=settings.threads_per_stream)
+        default = portable.candidate(cpus)
+        why = f"{found.reason}; serving the portable default ({default.name})"
+        log.info("engine: %s", why)
+        return EngineChoice("default", default.backend, default.precision, why, default.form,
+                            streams=settings.streams or default.streams,
+                            threads_per_stream=settings.threads_per_stream or default.threads_per_stream)
     choice = found.manifest.choice
-    streams = settings.streams or choice.streams
-    threads_per_stream = settings.threads_per_stream or choice.threads_per_stream
-    log.info("engine: %s from %s: %s", choice.name, found.path, found.manifest.why)
+    # A manifest made for another budget keeps its threads per stream and fills this one with streams.
+    threads_per_stream = settings.threads_per_stream or min(choice.threads_per_stream, cpus)
+    streams = settings.streams or (choice.streams if found.manifest.key.cpus == cpus
+                                   else max(1, cpus // threads_per_stream))
+    why = f"{found.reason}: {found.manifest.why}"
+    log.info("engine: %s (%d x %d): %s", choice.name, streams, threads_per_stream, why)
     # Only an OpenVINO primary has a bridge (`app.runtime.spec.Spec.has_bridge`).
     bridge_form, bridge = (bridge_choice(choice, found.manifest.table, streams * threads_per_stream)
                            if choice.backend == "openvino" else ("", ""))
     if bridge:
         log.info("engine: the bridge runs the %s form: %s", bridge_form, bridge)
-    return EngineChoice("tuned", choice.backend, choice.precision, found.manifest.why, choice.form,
-                        str(found.path), found.manifest.table, bridge_form, bridge, streams, threads_per_stream)
+    return EngineChoice("tuned" if found.match == "cpu" else "class", choice.backend, choice.precision, why,
+                        choice.form, str(found.path), found.manifest.table, bridge_form, bridge, streams,
+                        threads_per_stream)
 
 
 def _throughputs(table: list[dict[str, Any]]) -> dict[tuple[Any, ...], float]:

@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -127,7 +128,7 @@ def _worth_another(results: dict[Candidate, Result], candidate: Candidate, ranki
 
 def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0, cpus: int = 0,
          only: list[Candidate] | None = None, trial: Trial = subprocess_trial,
-         memory_price: float = MEMORY_PRICE) -> Manifest:
+         memory_price: float = MEMORY_PRICE, command: str = "") -> Manifest:
     """Measure, check, choose, and write the manifest under ``out``. ``cpus`` tunes for a smaller budget than
     this machine's: the trials then run pinned to that many CPUs. ``memory_price``: `Ranking`'s."""
     started = time.monotonic()
@@ -212,7 +213,7 @@ def tune(settings: Settings, *, out: Path, rounds: int = 2, max_s: float = 170.0
     table.append({"candidate": REFERENCE, **dataclasses.asdict(reference),
                   "efficiency": round(ref_efficiency, 4), "reference": True})
     manifest = Manifest(key=key, choice=best.candidate, why=why, table=table,
-                        made=datetime.now(UTC).isoformat(timespec="seconds"))
+                        made=datetime.now(UTC).isoformat(timespec="seconds"), command=command)
     path = write(out, manifest)
     log.info("tuned in %.0f s: %s (manifest %s)", time.monotonic() - started, why, path)
     return manifest
@@ -265,6 +266,7 @@ def main(argv: list[str], settings: Settings) -> int:
         parser.error(f"--memory-price {args.memory_price:g}: must be between 0 and 10")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     manifest = tune(settings, out=args.out or cachedir.writable(settings.cache_dir), rounds=args.rounds,
-                    max_s=args.max_s, cpus=args.cpus, memory_price=args.memory_price)
+                    max_s=args.max_s, cpus=args.cpus, memory_price=args.memory_price,
+                    command=shlex.join(["python", "-m", "app", "tune", *argv]))
     sys.stdout.write(format_table(manifest) + "\n" + manifest.why + "\n")
     return 0

@@ -12,10 +12,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from app.runtime.spec import Options
 from app.settings import Settings
 from app.sizing import read_budget
 from app.tune import candidates, outputcheck, ranking, tuner
-from app.tune.choice import DEFAULT_BACKEND, bridge_choice, resolve_engine
+from app.tune.choice import bridge_choice, resolve_engine
 from app.tune.manifest import Candidate, Manifest, TuneKey, find, write
 from lifecycle import trim
 from tests.conftest import live_server
@@ -42,18 +43,31 @@ def test_the_key_describes_this_machine() -> None:
     assert here.slug().startswith(f"{here.isa}-2cpu-")
 
 
-def test_a_matching_manifest_is_found_and_others_are_ignored_with_the_reason(tmp_path: Path) -> None:
+def test_a_manifest_for_this_cpu_wins_over_one_for_its_class_and_others_are_ignored(tmp_path: Path) -> None:
     here = key()
-    write(tmp_path / "baked", manifest(key(cpu="Some Other CPU")))
-    write(tmp_path / "baked", manifest(key(cpus=16)))
+    write(tmp_path / "baked", manifest(key(cpu="Some Other CPU", flags="0" * 16, cpu_class="intel-amx")))
+    write(tmp_path / "baked", manifest(key(model_sha256="cd" * 32)))
     missed = find([tmp_path / "baked"], here)
-    assert missed.manifest is None
-    assert "'Some Other CPU'" in missed.reason and "cpus 16 (here 2)" in missed.reason
+    assert missed.manifest is None and missed.match == ""
+    assert "'intel-amx'" in missed.reason and "'cdcd" in missed.reason
 
-    write(tmp_path / "writable", manifest(here))
-    found = find([tmp_path / "baked", tmp_path / "writable"], here)
-    assert found.manifest is not None and found.manifest.choice == ORT_1X2
+    # Another CPU model of the same class serves; a manifest made on this CPU model wins over it.
+    sibling = key(cpu="Some Sibling CPU", flags="1" * 16)
+    write(tmp_path / "shipped", manifest(sibling, ORT_2X1))
+    found = find([tmp_path / "baked", tmp_path / "writable", tmp_path / "shipped"], here)
+    assert found.manifest is not None and found.manifest.choice == ORT_2X1 and found.match == "class"
+    assert "another" in found.reason and "Some Sibling CPU" in found.reason
+    write(tmp_path / "shipped", manifest(here))
+    write(tmp_path / "writable", manifest(key(cpus=16), OV_2X1))
+    found = find([tmp_path / "baked", tmp_path / "writable", tmp_path / "shipped"], here)
+    # This CPU model in the first directory that has one (the tuner's over the package's), another budget or not.
+    assert found.manifest is not None and found.manifest.choice == OV_2X1 and found.match == "cpu"
     assert found.path is not None and found.path.parent == tmp_path / "writable" / "tuning"
+    assert "cpus 16 (here 2)" in found.reason
+    # Within one directory, the manifest made for this budget first.
+    write(tmp_path / "writable", manifest(here, ORT_1X2))
+    found = find([tmp_path / "writable"], here)
+    assert found.manifest is not None and found.manifest.choice == ORT_1X2
 
 
 def test_an_unreadable_manifest_is_skipped(tmp_path: Path) -> None:
@@ -67,19 +81,44 @@ def test_resolve_forced_default_and_tuned(tmp_path: Path) -> None:
     forced = resolve_engine(Settings(backend="onnxruntime", streams=3), 2, "ab" * 32, tmp_path)
     assert (forced.backend, forced.source, forced.streams, forced.threads_per_stream) == ("onnxruntime", "forced", 3, 0)
 
-    default = resolve_engine(Settings(baked_cache_dir=tmp_path / "baked"), 2, "ab" * 32, tmp_path)
-    assert default.backend == DEFAULT_BACKEND and default.source == "default"
-    assert default.reason == "no tuning manifest (run `python -m app tune`)"  # /v1/info's engine.reason
+    # No manifest for this CPU or its class: the portable default, one single-threaded session per CPU.
+    default = resolve_engine(Settings(baked_cache_dir=tmp_path / "baked"), 2, "ab" * 32, tmp_path, shipped=False)
+    assert (default.source, default.backend, default.form) == ("default", "onnxruntime", "fused")
+    assert (default.streams, default.threads_per_stream) == (2, 1)
+    assert default.reason.startswith("no tuning manifest (run `python -m app tune`); serving the portable default")
 
     write(tmp_path, manifest(TuneKey.here(2, "ab" * 32)))
     tuned = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
     assert (tuned.backend, tuned.streams, tuned.threads_per_stream) == ("onnxruntime", 1, 2)
-    assert tuned.source == "tuned" and tuned.reason == "onnxruntime-f32-1x2 was fastest" and tuned.table
+    assert tuned.source == "tuned" and tuned.reason.endswith(": onnxruntime-f32-1x2 was fastest") and tuned.table
     # A shape set explicitly stays.
     pinned = resolve_engine(Settings(streams=2), 2, "ab" * 32, tmp_path)
     assert (pinned.streams, pinned.threads_per_stream) == (2, 2)
     # /v1/info's ``engine`` shows the choice as before; the shape served is its ``pool``.
     assert "streams" not in tuned.public() and tuned.public()["form"] == "onnx"
+
+
+def test_a_manifest_for_another_budget_keeps_its_threads_and_fills_this_budget(tmp_path: Path) -> None:
+    write(tmp_path, manifest(key(cpu="Some Sibling CPU", flags="1" * 16, cpus=2), ORT_1X2))
+    wide = resolve_engine(Settings(), 8, "ab" * 32, tmp_path)
+    assert (wide.source, wide.streams, wide.threads_per_stream) == ("class", 4, 2)
+    narrow = resolve_engine(Settings(), 1, "ab" * 32, tmp_path)
+    assert (narrow.streams, narrow.threads_per_stream) == (1, 1)
+
+
+def test_the_shipped_manifests_cover_the_classes_on_record_and_name_how_they_were_made(cache_dir: Path) -> None:
+    from app.runtime.cpu import _CLASS_TIERS
+    from app.tune.manifest import SHIPPED
+
+    shipped = [Manifest.from_json(json.loads(p.read_text())) for p in sorted((SHIPPED / "tuning").glob("*.json"))]
+    classes = {m.key.cpu_class for m in shipped}
+    assert {"intel-amx", "amd-avx512-bf16", "amd-avx2"} <= classes
+    tiers = {name for name, _ in _CLASS_TIERS}
+    for m in shipped:
+        assert m.key.cpu_class.split("-", 1)[1] in tiers and m.made and m.command.startswith("python -m app tune")
+        assert m.key.model_sha256 == served_sha256(cache_dir)  # the embedded model's timed copy, as served
+        chosen = [r for r in m.table if r.get("chosen")]
+        assert len(chosen) == 1 and chosen[0]["candidate"] == m.choice.name
 
 
 def row(candidate: Candidate, throughput: float, error: str = "") -> dict[str, Any]:
@@ -252,21 +291,27 @@ def test_the_server_serves_with_the_tuned_choice_and_reports_it(tmp_path: Path, 
         assert len(speak(server.url)) > 24000
         info = httpx.get(f"{server.url}/v1/info").json()
     assert info["backend"] == "onnxruntime" and info["engine"]["source"] == "tuned"
-    assert info["engine"]["reason"] == "onnxruntime-f32-1x2 was fastest" and info["engine"]["table"]
+    assert info["engine"]["reason"].endswith(": onnxruntime-f32-1x2 was fastest") and info["engine"]["table"]
     assert info["engine"]["manifest"] == str(written)  # the baked manifest, found and used
     assert info["resolved"]["backend"] == "onnxruntime"
     assert (info["pool"]["streams"], info["pool"]["threads_per_stream"]) == (1, 2)
 
 
-def test_a_manifest_from_another_cpu_is_ignored_saying_why(tmp_path: Path, cache_dir: Path) -> None:
+def test_a_cpu_no_manifest_covers_gets_the_portable_default(tmp_path: Path, cache_dir: Path) -> None:
+    """As an instance on a CPU class never measured: a manifest of another class is ignored, saying why, and the
+    server serves ONNX Runtime on the fused form, one single-threaded session per CPU, made and checked once."""
     baked = tmp_path / "baked"
-    other = dataclasses.replace(TuneKey.here(read_budget().cpus, served_sha256(cache_dir)), cpu="Another CPU")
+    here = TuneKey.here(read_budget().cpus, served_sha256(cache_dir))
+    other_class = "amd-avx2" if here.cpu_class != "amd-avx2" else "intel-amx"
+    other = dataclasses.replace(here, cpu="Another CPU", flags="0" * 16, cpu_class=other_class)
     written = write(baked, manifest(other, ORT_1X2))
-    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
+    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0",
+                     options=Options(shipped_tuning=False)) as server:
         assert len(speak(server.url)) > 24000
         info = httpx.get(f"{server.url}/v1/info").json()
-    assert info["engine"]["source"] == "default" and info["backend"] == DEFAULT_BACKEND
-    assert info["resolved"]["backend"] == "openvino"
+    assert info["engine"]["source"] == "default" and info["resolved"]["backend"] == "onnxruntime"
+    assert info["engine"]["form"] == "fused" and info["engine"]["manifest"] is None
+    assert (info["pool"]["streams"], info["pool"]["threads_per_stream"]) == (read_budget().cpus, 1)
     reason = info["engine"]["reason"]  # as the start log says it
-    assert reason.startswith("no tuning manifest matches this machine (")
-    assert f"{written.name}: made for cpu 'Another CPU'" in reason and info["engine"]["manifest"] is None
+    assert reason.startswith("no tuning manifest for this CPU") and f"{written.name}: made for " in reason
+    assert "serving the portable default" in reason and "output check passed" in reason
