@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncGenerator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy.typing as npt
 from app import silence, timestamps
 from app.audio import SAMPLE_RATE
 from app.errors import InferenceFailed, InvalidInput
-from app.pool import StreamPool
+from app.pool import Playback, StreamPool
 from app.runtime.backends.base import Resolved
 from app.runtime.protocol import Runtime
 from app.text import chunker, languages, words
@@ -99,15 +100,18 @@ class Engine:
         language.require()
         return resolved, language
 
-    def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None, phonemes: bool = False) -> Plan:
+    def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None, phonemes: bool = False,
+             first_max: int = chunker.FIRST_CHUNK_TOKENS) -> Plan:
         """Validate and prepare; blocking (G2P), so call it from a worker thread. ``lang`` overrides the voice's
-        language (`app.text.languages.parse`). The chunks depend on the text and these arguments only."""
+        language (`app.text.languages.parse`); ``first_max`` bounds the first chunk (a segment of streamed text
+        that follows others may start larger: `app.utterance`). The chunks depend on the text and these arguments
+        only."""
         resolved, language = self.check(voice, speed, lang)
         if phonemes:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
             phoneme_text, spoken = self.frontend.phonemize_words(text, language.key)
-        chunks = tuple(chunker.chunk(phoneme_text))
+        chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max))
         if not any(self.vocab.ids(c) for c in chunks):
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
         return Plan(voice=resolved, speed=speed, chunks=chunks, phonemes=phoneme_text, spoken=tuple(spoken))
@@ -121,9 +125,10 @@ class Engine:
         finally:
             await spoken.aclose()
 
-    async def stream_timed(self, plan: Plan) -> AsyncGenerator[Spoken, None]:
+    async def stream_timed(self, plan: Plan, playback: Playback | None = None) -> AsyncGenerator[Spoken, None]:
         """Audio of each of ``plan.chunks`` in order, with its words' times; stops early if the consumer stops
-        iterating.
+        iterating. ``playback``: a clock the caller keeps across plans (the segments of streamed text, one
+        listener); None opens one for this plan.
 
         The consumer asks for chunk k+1 only once chunk k has been handed to the transport, so the
         moment this generator resumes is when that audio left: the playback clock starts there
@@ -135,7 +140,7 @@ class Engine:
                   else [()] * len(plan.chunks))
         last = max(k for k, found in enumerate(ids) if found)
         sent = 0
-        with self.pool.playback() as playback:
+        with nullcontext(playback) if playback is not None else self.pool.playback() as clock:
             for k, phonemes in enumerate(plan.chunks):
                 if not ids[k]:
                     continue
@@ -145,12 +150,12 @@ class Engine:
                 pause_s = None if k == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
                 audio, cut, durations = await self.pool.run(
                     functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                    playback=playback, tokens=len(ids[k]), audio_s=lambda done: _audio_s(done[0]))
+                    playback=clock, tokens=len(ids[k]), audio_s=lambda done: _audio_s(done[0]))
                 heard = None if durations is None else tuple(timestamps.word_times(
                     placed[k], durations, cut=cut, kept=len(audio), offset=sent))
                 yield Spoken(audio, heard)
                 sent += len(audio)
-                playback.sent(_audio_s(audio))
+                clock.sent(_audio_s(audio))
                 if k == last:
                     return
 

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response
 
 from app import errors
 from app.engine import Engine
-from app.http import admin, captioned, catalog, health, speech, web
+from app.http import admin, captioned, catalog, elevenlabs, health, speech, web
 from app.http.auth import KeyGuard
 from app.inference_state import InferenceState
 from app.metrics import Metrics
@@ -100,6 +100,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
     handlers: dict[Any, Any] = {cls: _domain_error for cls, _, _ in STATUS}
     handlers[HTTPException] = _http_error
     handlers[Exception] = _unexpected
-    routes = speech.routes + captioned.routes + catalog.routes + health.routes + admin.routes + web.routes
+    routes = (speech.routes + captioned.routes + catalog.routes + health.routes + admin.routes + web.routes
+              + elevenlabs.routes)
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
                      middleware=[Middleware(KeyGuard, settings=settings)])

@@ -1,0 +1,96 @@
+"""Streamed text spoken through the same engine, pool and lifecycle as a request: what the voice-agent protocols share.
+
+A voice agent's socket (`app.http.elevenlabs`, `app.wyoming`) cuts the text it receives into segments
+(`app.text.stream.TextStream`) and queues them; `speak` says them in order. It holds nothing while the queue is
+empty, so an idle socket neither takes an admission place nor keeps the instance warm (the lifecycle's quiet window
+counts speech in flight, not open sockets). When a segment comes it is admitted like a request (`Overloaded` at once
+past capacity, never a silent wait), holds the state warm (restoring it if it was released) and keeps one playback
+clock for as long as segments follow each other without a gap, so a listener's later segments are scheduled by when
+it would run out of audio, like the later chunks of one request.
+
+Each segment is planned on its own (`app.engine.Engine.plan`); the first of an utterance starts with the usual small
+first chunk, later ones with the next bounds of the chunker's doubling rule: their text came while earlier audio
+played, and a larger chunk costs less per audio-second. The bounds depend on the segment's place in the utterance
+only, so the same text gives the same audio.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio.to_thread
+
+from app.audio import SAMPLE_RATE
+from app.engine import Plan, Spoken
+from app.errors import InvalidInput, Unavailable
+from app.pool import Playback
+from app.services import Services
+from app.text import chunker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Segment:
+    text: str
+    index: int
+    """Its place in the utterance (`app.text.stream.TextStream.index` before it): 0 is the first."""
+
+
+Emit = Callable[[Segment, Spoken, int], Awaitable[None]]
+"""Receives each chunk of a segment's audio with the samples of that segment sent before it; it returns once the
+audio has been handed to the transport (the next chunk's deadline counts from then)."""
+
+
+def first_max(index: int) -> int:
+    """The first-chunk bound of an utterance's segment ``index``: the chunker's doubling rule across segments."""
+    bound = 0
+    for _ in range(index):
+        bound = chunker.next_bound(bound, chunker.FIRST_CHUNK_TOKENS, chunker.SECOND_CHUNK_TOKENS,
+                                   chunker.MAX_CHUNK_TOKENS)
+    return bound or chunker.FIRST_CHUNK_TOKENS
+
+
+async def speak(svc: Services, queue: asyncio.Queue[Segment | None], voice: str, speed: float, emit: Emit,
+                *, lang: str | None = None) -> None:
+    """Speak the segments of ``queue`` in order until it yields None. Raises `Overloaded` (admission is full),
+    `Unavailable` (shutting down, or the state cannot load), `InvalidInput` and `InferenceFailed`; the caller tells
+    its client and decides what follows. Cancelling the task stops a queued inference at once and a running one
+    once its chunk is done (the pool's contract); nothing after that is emitted."""
+    while (segment := await queue.get()) is not None:
+        if svc.draining:
+            raise Unavailable("the server is shutting down")
+        with svc.pool.admit():
+            async with svc.lifecycle.in_use():
+                with svc.pool.playback() as clock:
+                    while segment is not None:
+                        await _say(svc, segment, voice, speed, lang, clock, emit)
+                        if queue.empty():
+                            break  # a gap: admission and the warm hold are let go until the next segment
+                        segment = queue.get_nowait()
+                        if segment is None:
+                            return
+
+
+async def _say(svc: Services, segment: Segment, voice: str, speed: float, lang: str | None, clock: Playback,
+               emit: Emit) -> None:
+    plan = functools.partial(svc.engine.plan, segment.text, voice, speed, lang=lang, first_max=first_max(segment.index))
+    try:
+        planned: Plan = await anyio.to_thread.run_sync(plan)
+    except InvalidInput as exc:
+        if exc.code == "empty_input":
+            return  # punctuation alone ("…"): nothing to say
+        raise
+    chunks = svc.engine.stream_timed(planned, clock)
+    offset = 0
+    try:
+        async for spoken in chunks:
+            await emit(segment, spoken, offset)
+            offset += len(spoken.audio)
+    finally:
+        await chunks.aclose()
+        svc.metrics.audio_seconds.inc(offset / SAMPLE_RATE)
