@@ -119,15 +119,50 @@ def save_packed_graphs(cpus: int = 0) -> list[Path]:
             for model in dict.fromkeys(models)]
 
 
+def bake_shipped_forms() -> list[Path]:
+    """Make, under ``TTS_BAKED_CACHE_DIR``, the model forms that a server on a CPU other than the build machine's
+    opens (`shipped_forms`), the portable default's output-checked (`app.tune.portable`), so that a container on any
+    CPU class on record, or on none, starts without making one. Returns the forms' files."""
+    from app.forms import store
+    from app.tune import portable
+
+    baked, model, digest, forms = _shipped_forms()
+    made = [portable.form_path(model, baked, digest, [])[0] if form == portable.FORM
+            else store.path(form, model, baked, digest) for form in forms]
+    log.info("forms a server on any CPU class opens: %s", ", ".join(str(p) for p in made))
+    return made
+
+
+def _shipped_forms() -> tuple[Path, Path, str, list[str]]:
+    """The baked cache directory, the served model, its sha256, and the derived forms the tuning manifests shipped
+    with the package (`app.tune.manifest.SHIPPED`) serve for it, with the portable default's first."""
+    import json
+
+    from app.forms import store
+    from app.served import served_model
+    from app.settings import Settings
+    from app.tune import portable
+    from app.tune.manifest import DIRECTORY, SHIPPED, Manifest
+
+    settings = Settings.from_process()
+    baked = settings.baked_cache_dir
+    if baked is None:
+        raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: nowhere to make the forms")
+    model, digest = served_model(settings, baked)
+    shipped = [Manifest.from_json(json.loads(p.read_text())) for p in sorted((SHIPPED / DIRECTORY).glob("*.json"))]
+    named = {m.choice.form for m in shipped if m.key.model_sha256 == digest} - {store.ONNX, portable.FORM}
+    return baked, model, digest, [portable.FORM, *sorted(named)]
+
+
 def prune_forms(cpus: int = 0) -> list[Path]:
     """Remove from ``TTS_BAKED_CACHE_DIR`` the model forms that a server started with this environment does not
     open, with ONNX Runtime's graphs of them; returns the form directories removed.
 
-    The tuning run makes every form it measures and the image keeps what it made, but a server opens at most two:
-    the tuned choice's form and the bridge's (`app.served.resolve`); where the manifest does not apply (another
-    CPU) it serves the file as shipped. Each form is a copy of the model, 90-320 MB. For a tuned image only: run
-    after the manifest is in place, with the budget it was tuned for (``cpus``); where no manifest applies to that
-    budget nothing is removed. A server given other settings at run time that would want a removed form
+    The tuning run makes every form it measures and the image keeps what it made, but a server opens the tuned
+    choice's form and the bridge's (`app.served.resolve`), and on another CPU the form its class's shipped manifest
+    or the portable default names (`bake_shipped_forms`). Each form is a copy of the model, 90-320 MB. For a tuned
+    image only: run after the manifest is in place, with the budget it was tuned for (``cpus``); where no manifest
+    applies to that budget nothing is removed. A server given other settings at run time that would want a removed form
     (``TTS_STREAMS`` changing the bridge's width) serves without it, logged, as where it was never made."""
     from app.forms import store
     from app.runtime.backends.onnxruntime import saved_graphs
@@ -140,7 +175,7 @@ def prune_forms(cpus: int = 0) -> list[Path]:
         raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: no forms to prune")
     budget = _budget(cpus)
     found = resolve(settings, budget)
-    if found.choice.source != "tuned":
+    if found.choice.source not in ("tuned", "class"):
         # Nothing chosen for this budget: every form would look unused. Keep them (a build whose tuning failed,
         # or run for another budget than the tuning's).
         log.warning("no tuning manifest applies to a %d-CPU budget here (%s): no form removed", budget.cpus,
@@ -148,6 +183,9 @@ def prune_forms(cpus: int = 0) -> list[Path]:
         return []
     spec = found.spec
     opened = {p.parent.resolve() for p in (spec.model_path, spec.bridge_path) if p is not None}
+    # And those a server on another CPU class opens (`bake_shipped_forms`).
+    _, _, digest, shipped = _shipped_forms()
+    opened |= {p.parent.resolve() for p in (store.find(f, baked, digest) for f in shipped) if p is not None}
     removed = []
     for record in sorted((baked / "forms").glob(f"*/*/{store.RECORD}")):
         directory = record.parent
@@ -224,12 +262,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, default=0,
                         help="with --packed-for-choice and --prune-forms: the CPU budget the image was tuned for "
                              "(python -m app tune --cpus); default: this machine's")
+    parser.add_argument("--shipped-forms", action="store_true",
+                        help="only make in TTS_BAKED_CACHE_DIR the forms that the shipped tuning manifests and the "
+                             "portable default serve, the latter output-checked (--model and --out unused)")
     parser.add_argument("--prune-forms", action="store_true",
                         help="only remove from TTS_BAKED_CACHE_DIR the model forms a server started with this "
                              "environment does not open, and their graphs (--model and --out unused)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.packed_for_choice or args.prune_forms:
+    if args.packed_for_choice or args.prune_forms or args.shipped_forms:
+        if args.shipped_forms:
+            bake_shipped_forms()
         if args.prune_forms:
             prune_forms(args.cpus)
         if args.packed_for_choice:
