@@ -49,8 +49,8 @@ class Settings:
     """Bearer token for ``/metrics`` alone, so a scraper need not hold the API key; empty means ``/metrics``
     takes ``TTS_API_KEY`` like the other endpoints."""
     backend: str = "auto"
-    """Inference runtime: ``auto`` serves what ``python -m app tune`` measured fastest on this CPU, or OpenVINO
-    where no tuning matches this machine; ``openvino`` or ``onnxruntime`` force one."""
+    """Inference runtime: ``auto`` serves what ``python -m app tune`` measured fastest on this CPU or its class,
+    else ONNX Runtime on the ``fused`` form; ``openvino`` or ``onnxruntime`` force one, on the model file as shipped."""
     precision: str = "f32"
     """OpenVINO's inference precision (``f32``, ``bf16``, ``f16``) with a forced backend; ``auto`` takes the tuned
     one. Set ``bf16`` on CPUs with AMX for speed at audio slightly off the reference."""
