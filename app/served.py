@@ -2,7 +2,7 @@
 voices, and the inference process's `Spec`.
 
 `app.services.build_engine` wires the engine from it; ``python -m app`` resolves it first (`app.runtime.early`),
-before it imports the server, so the inference process it started at once can open the bridge while the server
+before it imports the server, so the inference process it started at once can load the model while the server
 imports. Both resolve the same thing from the same settings, and the engine adopts that process only when its
 `Spec` is the same.
 """
@@ -55,9 +55,10 @@ def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) ->
                                    streams=choice.streams, threads_per_stream=choice.threads_per_stream)
     source_path = model_path
     read_only = [settings.baked_cache_dir, settings.cache_dir]
-    if choice.source == "default":
-        model_path, served_form = portable.form_path(model_path, writable, digest, read_only)
-        choice = dataclasses.replace(choice, reason=f"{choice.reason}: {served_form}",
+    if choice.source in ("default", "class") and choice.form in store.ONNXRUNTIME_ONLY:
+        # A form chosen on another machine (or on none): checked here once before it serves (`app.tune.portable`).
+        model_path, served_form = portable.form_path(model_path, writable, digest, read_only, choice.form)
+        choice = dataclasses.replace(choice, reason=f"{choice.reason}; serving {served_form}",
                                      form=choice.form if model_path != source_path else store.ONNX)
     else:
         model_path = store.path(choice.form, model_path, writable, digest, read_only=read_only)
@@ -70,30 +71,7 @@ def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) ->
     warm_up = _warm_up(vocab, voices.resolve(default_voice(settings, voices))) if options.warm_up else None
     spec = Spec(settings=settings, model_path=model_path, shape=shape, writable=writable, warm_up=warm_up,
                 options=options)
-    if spec.has_bridge:
-        spec = dataclasses.replace(spec, bridge_path=_bridge_path(settings, choice, model_path, source_path, writable,
-                                                                  digest))
     return Served(settings, choice, spec, voices, vocab, timestamps)
-
-
-def _bridge_path(settings: Settings, choice: EngineChoice, model_path: Path, source_path: Path,
-                 writable: Path, digest: str) -> Path | None:
-    """The file the ONNX Runtime bridge runs where it is not ``model_path`` (the served file), or None.
-
-    The form `app.tune.choice.bridge_choice` picked by measurement where one is made (by the tuner, or baked into the
-    image): else ``source_path``, the ONNX file the served form was derived from, where the served form is one only
-    OpenVINO runs; a form only ONNX Runtime runs (``convgemm``, ``fused``) is run by the bridge itself."""
-    if choice.form in store.ONNXRUNTIME_ONLY:
-        return None
-    fallback = source_path if model_path != source_path else None
-    if choice.bridge_form in ("", store.ONNX):
-        return fallback
-    found = store.find(choice.bridge_form, writable, digest, read_only=[settings.baked_cache_dir, settings.cache_dir])
-    if found is None:
-        log.warning("engine: the bridge's %s form is not made here; the bridge runs %s", choice.bridge_form,
-                    fallback or model_path)
-        return fallback
-    return found
 
 
 def served_model(settings: Settings, writable: Path) -> tuple[Path, str]:

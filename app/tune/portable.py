@@ -38,18 +38,21 @@ def candidate(cpus: int) -> Candidate:
     return Candidate("onnxruntime", "f32", max(1, cpus), 1, form=FORM)
 
 
-def form_path(model_path: Path, writable: Path, digest: str, read_only: Sequence[Path | None]) -> tuple[Path, str]:
-    """The file the portable default serves, and why: the checked ``fused`` form of ``model_path``, else the model."""
+def form_path(model_path: Path, writable: Path, digest: str, read_only: Sequence[Path | None],
+              form: str = FORM) -> tuple[Path, str]:
+    """The file to serve ``form`` (one ONNX Runtime runs) from, checked, and why; the model itself where the form cannot
+    be made or fails the check. Also how a form that a manifest made on another CPU of this class names is served:
+    the tuner checked it there, not here."""
     try:
-        made = store.path(FORM, model_path, writable, digest, read_only=read_only)
+        made = store.path(form, model_path, writable, digest, read_only=read_only)
     except (RuntimeError, ValueError) as exc:
-        log.warning("engine: the %s form could not be made (%s); serving the model file itself", FORM, exc)
-        return model_path, f"the {FORM} form could not be made ({exc}), so the model file itself"
+        log.warning("engine: the %s form could not be made (%s); serving the model file itself", form, exc)
+        return model_path, f"the {form} form could not be made ({exc}), so the model file itself"
     verdict = store.checked(made, writable) or _check_isolated(model_path, made, writable)
     if not verdict.get("passed"):
-        log.warning("engine: the %s form failed the output check (%s); serving the model file itself", FORM, verdict)
-        return model_path, f"the {FORM} form failed the output check, so the model file itself"
-    return made, f"the {FORM} form (output check passed, worst log-mel {verdict.get('max_mel_distance', 0):.2f})"
+        log.warning("engine: the %s form failed the output check (%s); serving the model file itself", form, verdict)
+        return model_path, f"the {form} form failed the output check, so the model file itself"
+    return made, f"the {form} form (output check passed, worst log-mel {verdict.get('max_mel_distance', 0):.2f})"
 
 
 def _check_isolated(model_path: Path, made: Path, writable: Path) -> dict[str, Any]:
