@@ -41,6 +41,9 @@ class Settings:
     """Interface to listen on."""
     port: int = 8080
     """TCP port; ``PORT`` (as Cloud Run sets it) is used when ``TTS_PORT`` is unset."""
+    wyoming_port: int = 0
+    """TCP port of the Wyoming server (Home Assistant's voice protocol; it expects 10200), on ``host``, beside HTTP;
+    0 is off."""
     api_key: str = ""
     """Bearer token required on every endpoint but ``/healthz`` and ``/readyz``; empty means open."""
     admin_token: str = ""
@@ -130,6 +133,7 @@ class Settings:
             ("backend", self.backend in BACKENDS, f"one of {', '.join(BACKENDS)}"),
             ("precision", self.precision in PRECISIONS, f"one of {', '.join(PRECISIONS)}"),
             ("port", 0 <= self.port <= 65535, "a TCP port"),
+            ("wyoming_port", 0 <= self.wyoming_port <= 65535, "0 (off) or a TCP port"),
             ("streams", self.streams >= 0, "0 (auto) or more"),
             ("threads_per_stream", self.threads_per_stream >= 0, "0 (auto) or more"),
             ("max_requests", self.max_requests >= 0, "0 (in real time) or more"),
@@ -239,7 +243,7 @@ REMOVED: dict[str, str] = {
 deployment is never silently configured by something that does nothing."""
 
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Network", ("host", "port")),
+    ("Network", ("host", "port", "wyoming_port")),
     ("Access", ("api_key", "admin_token", "metrics_token")),
     ("Model and runtime", ("backend", "precision", "model_path", "model_sha256", "cache_dir", "baked_cache_dir",
                            "streams", "threads_per_stream")),
