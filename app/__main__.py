@@ -55,10 +55,11 @@ def main(argv: list[str] | None = None, options: Options | None = None) -> int:
     if options is None or not options.in_process:
         # Before the server's own imports (about half a second): the two processes import side by side.
         proxy = sys.modules.get("app.runtime.proxy")  # a test harness may run another child module
-        # Both an OpenVINO primary's bridge and an ONNX Runtime primary import ONNX Runtime first thing.
-        early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE,
-                    ("onnxruntime",))
-        early.prepare(settings, options)  # what it loads first, sent now: it opens the bridge while the server imports
+        # Its runtime first thing: ONNX Runtime unless OpenVINO is forced (auto serves ONNX Runtime on every CPU
+        # class on record; where a local tuning picks OpenVINO, the child imports ONNX Runtime for nothing).
+        runtime = "openvino" if settings.backend == "openvino" else "onnxruntime"
+        early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE, (runtime,))
+        early.prepare(settings, options)  # what it loads first, sent now: it loads while the server imports
     return _serve(settings, options)
 
 

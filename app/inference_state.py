@@ -37,15 +37,12 @@ class InferenceState:
         """Called at the end of each release (`app.runtime.proxy.ProcessRuntime.idle_standby`: the next inference
         process started and waiting); None: nothing is kept."""
         self._lock = threading.Lock()
-        self._restores = 0
 
     def restore(self) -> dict[str, float]:
         """Build inference state and the front end, in parallel; seconds per part.
 
         The runtime's load is native code that releases the GIL, the front end's is mostly Python: run side by
-        side, a restore costs the longer of the two, not their sum. Where there is a bridge (an OpenVINO primary), a
-        load opens it and serves with it while the primary loads behind (see `app.runtime.local`): at a restore once
-        the bridge has served the waiting request, at the first load at once, since no request waits yet.
+        side, a restore costs the longer of the two, not their sum.
         """
         with self._lock:
             timings: dict[str, float] = {}
@@ -69,16 +66,13 @@ class InferenceState:
             if not self.frontend.loaded:
                 raise RuntimeError("the text front end failed to load (see the log)")
             timings["total_s"] = time.perf_counter() - start
-            self._restores += 1
             return timings
 
     def _load_runtime(self, timings: dict[str, float]) -> None:
-        first = self._restores == 0
-        bridged = self.runtime.has_bridge
-        loaded = self.runtime.load_bridged(wait_for_request=not first) if bridged else self.runtime.load_primary()
-        timings["bridge_s" if bridged else "backend_s"] = loaded.load_s
+        loaded = self.runtime.load()
+        timings["backend_s"] = loaded.load_s
         timings["warm_up_s"] = loaded.warm_up_s
-        log.info("%s ready: %s", "bridge" if bridged else "backend", loaded)
+        log.info("backend ready: %s", loaded)
 
     def intact(self) -> bool:
         """False when the inference state vanished on its own (the inference process died)."""

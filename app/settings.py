@@ -205,8 +205,8 @@ def _convert(name: str, raw: str, kind: type) -> Any:
 
 _CHUNKING = "chunking depends on the text only (app/text/chunker.py)"
 _SCHEDULER = "a constant of the deadline scheduler (app/pool/)"
-_BRIDGE = ("an OpenVINO primary always serves through the ONNX Runtime bridge while it loads, an ONNX Runtime "
-           "primary never does")
+_BRIDGE = ("the ONNX Runtime bridge is gone: one engine serves every request of an instance, so the same request "
+           "gives the same bytes (docs/experiments.md)")
 _EXPERIMENT = "an experiment that lost (docs/experiments.md)"
 REMOVED: dict[str, str] = {
     f"{PREFIX}{name}": why for name, why in [
@@ -224,8 +224,7 @@ REMOVED: dict[str, str] = {
         ("QUICK_FRONTEND", "every request is phonemized by misaki, so its speech does not depend on when it came"),
         ("RELEASE_FRONTEND", "the text front end always stays loaded across a release"),
         ("RESTORE_BRIDGE", _BRIDGE), ("START_BRIDGE", _BRIDGE),
-        ("BRIDGE_SPIN_US", "a constant of the bridge (app/runtime/backends/__init__.py)"),
-        ("RELEASED_BRIDGE", f"holding the bridge while released was {_EXPERIMENT}"),
+        ("BRIDGE_SPIN_US", _BRIDGE), ("RELEASED_BRIDGE", _BRIDGE),
         ("RELEASED_PROCESS", "the next inference process always waits while released"),
         ("INFERENCE_PROCESS", "the model always runs in an inference process that a release ends"),
         ("WARM_UP", "every load is warmed up"),

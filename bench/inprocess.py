@@ -132,8 +132,7 @@ def run(job: Job) -> tuple[Outcome, dict[str, npt.NDArray[np.float32]]]:
                         threads_per_stream=0 if job.tuned_dir else job.threads_per_stream,
                         model_path=job.model_path, cache_dir=job.cache_dir)
     options = Options(runtime_defaults=job.runtime_defaults, compile_cache=job.compile_cache,
-                      in_process=True,  # CPU time is read from this process
-                      bridge=False)  # the form measured, not the bridge
+                      in_process=True)  # CPU time is read from this process
     built = build_engine(settings, read_budget(), options)
     engine = built.engine
     parts = built.state.restore()

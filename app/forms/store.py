@@ -71,7 +71,7 @@ OPENVINO_ONLY: frozenset[str] = frozenset({IR, DEQUANT, DEQUANT16})
 """Forms only OpenVINO can run."""
 
 ONNXRUNTIME_ONLY: frozenset[str] = frozenset({CONVGEMM, FUSED})
-"""Forms only ONNX Runtime runs (com.microsoft operators): the restore bridge runs them too."""
+"""Forms only ONNX Runtime runs (com.microsoft operators)."""
 
 RECORD = "form.json"
 CHECK = "check.json"

@@ -68,8 +68,6 @@ async def info(request: Request) -> JSONResponse:
         "engine": choice.public() if choice else None,
         "resolved": dataclasses.asdict(resolved) if resolved else None,
         "active_backend": svc.engine.runtime.active_name,
-        "bridge_serving": svc.engine.runtime.bridge_serving,
-        "primary_error": svc.engine.runtime.primary_error,
         "inferences_by_backend": dict(svc.engine.runtime.served),
         "frontend": svc.engine.frontend.serving,
         "languages_loaded": svc.engine.frontend.languages_loaded,

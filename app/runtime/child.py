@@ -1,8 +1,8 @@
 """The inference process: runs the model in a child of the server, so a release can end it.
 
 ``python -m app.runtime.child READ_FD WRITE_FD`` is started by `app.runtime.proxy` with
-two pipes. It builds the same `app.runtime.local.LocalRuntime` the server would run in process
-(primary backend, optional bridge) from a picklable `Spec`, then answers messages until told to exit
+two pipes. It builds the same `app.runtime.local.LocalRuntime` the server would run in process from a
+picklable `Spec`, then answers messages until told to exit
 or until the server goes away (end of file on its pipe). Not ``PR_SET_PDEATHSIG``: it fires
 when the *thread* that started the child ends, and the server starts it from a worker thread
 that ends after 10 idle seconds (the benchmark caught children killed so).
@@ -43,25 +43,12 @@ class InferenceLoop:
         self.runtime = runtime
         self._send_lock = threading.Lock()
         self._workers = ThreadPoolExecutor(max(1, slots), thread_name_prefix="infer")
-        self._preload: tuple[messages.Preload, Future[messages.Loaded | messages.LoadFailed]] | None = None
-        """A load begun before the server asked (`messages.Preload`), and its answer to come."""
-        self._held: list[messages.FromChild] | None = None
-        """The primary's news while a preload's answer is not sent yet: the server learns of the bridge first."""
-        runtime.on_primary = lambda resolved: self.send(messages.PrimaryReady(resolved))
-        runtime.on_primary_failed = lambda why: self.send(messages.PrimaryFailed(why))
+        self._preload: Future[messages.Loaded | messages.LoadFailed] | None = None
+        """A load begun before the server asked (`messages.Preload`): its answer to come."""
 
     def send(self, message: messages.FromChild) -> None:
         with self._send_lock:
-            if self._held is not None and isinstance(message, messages.PrimaryReady | messages.PrimaryFailed):
-                self._held.append(message)
-                return
             self.outbox.send(message)
-
-    def _send_answer_then_held(self, answer: messages.Loaded | messages.LoadFailed) -> None:
-        with self._send_lock:
-            held, self._held = self._held or [], None
-            for message in (answer, *held):
-                self.outbox.send(message)
 
     def serve(self) -> None:
         while True:
@@ -75,9 +62,9 @@ class InferenceLoop:
                 case messages.Infer():
                     self._workers.submit(self._infer, message)
                 case messages.Preload() if self._preload is None:
-                    self._begin_preload(message)
-                case messages.Load(mode=mode, wait_for_request=wait):
-                    self._load(mode, wait)
+                    self._begin_preload()
+                case messages.Load():
+                    self._load()
                 case messages.Shed():
                     # Handled once the imports are done (they come before this loop): what they read is what goes.
                     pagecache.evict(pagecache.loaded_files())
@@ -89,35 +76,24 @@ class InferenceLoop:
                     found += [p for p in pagecache.loaded_files() if p not in found]
                     self.send(messages.Files(ident, found))
 
-    def _load(self, mode: str, wait_for_request: bool) -> None:
+    def _load(self) -> None:
         if self._preload is not None:
-            (asked, answer), self._preload = self._preload, None
-            outcome = answer.result()
-            if (asked.mode, asked.wait_for_request) == (mode, wait_for_request):
-                log.info("the %s load was begun at start, before the server asked", mode)
-            else:  # app.runtime.early decides the first load as Engine.restore does: they disagree
-                log.warning("asked for a %s load (wait %s); answering with the %s load (wait %s) begun at start",
-                            mode, wait_for_request, asked.mode, asked.wait_for_request)
-            self._send_answer_then_held(outcome)
+            answer, self._preload = self._preload, None
+            log.info("the load was begun at start, before the server asked")
+            self.send(answer.result())
             return
-        self.send(self._loading(mode, wait_for_request))
+        self.send(self._loading())
 
-    def _begin_preload(self, asked: messages.Preload) -> None:
-        with self._send_lock:
-            self._held = []
+    def _begin_preload(self) -> None:
         answer: Future[messages.Loaded | messages.LoadFailed] = Future()
-        self._preload = (asked, answer)
-        threading.Thread(target=lambda: answer.set_result(self._loading(asked.mode, asked.wait_for_request)),
-                         name="preload", daemon=True).start()
+        self._preload = answer
+        threading.Thread(target=lambda: answer.set_result(self._loading()), name="preload", daemon=True).start()
 
-    def _loading(self, mode: str, wait_for_request: bool) -> messages.Loaded | messages.LoadFailed:
+    def _loading(self) -> messages.Loaded | messages.LoadFailed:
         try:
-            if mode != "bridged":
-                resolved = self.runtime.load_primary()
-            else:
-                resolved = self.runtime.load_bridged(wait_for_request)
+            resolved = self.runtime.load()
         except Exception as exc:
-            log.exception("loading the %s backend failed", mode)
+            log.exception("loading the %s backend failed", self.runtime.backend.name)
             return messages.LoadFailed(f"{type(exc).__name__}: {exc}")
         return messages.Loaded(resolved)
 
@@ -149,13 +125,13 @@ def main(argv: list[str]) -> int:
 
     configure_malloc()
     runtime = build_runtime(spec)
-    if spec.has_bridge or spec.settings.backend == "onnxruntime":
-        # Before the first message: at start the process is started ahead of its load, beside the server's
-        # own start, and the import is the bridge's first cost.
-        import onnxruntime  # noqa: F401
+    if spec.settings.backend in early.PREIMPORTS:
+        # Before the first message: the runtime's import is its load's first cost, and a process started ahead of
+        # its load (beside the server's own start, or waiting released: `messages.Shed`) has the time to spare.
+        importlib.import_module(spec.settings.backend)
     InferenceLoop(inbox, outbox, runtime, spec.shape.streams).serve()
-    # Exit at once: a primary still loading in the background, runtime threads and their
-    # memory all go with the process; nothing here needs an orderly teardown.
+    # Exit at once: runtime threads and their memory all go with the process; nothing here needs an orderly
+    # teardown.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

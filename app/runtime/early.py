@@ -1,15 +1,14 @@
 """The inference process, started before the server's own imports, and its first load begun then.
 
-The inference process (`app.runtime.child`) takes a few tenths of a second to start its interpreter and import
-what it needs (numpy, this project's runtime modules), then about half a second to open the bridge; the server
-takes about half a second of imports (uvicorn, Starlette, the app) before it builds the engine and would send the
-child what to load only then. So ``python -m app`` starts the child first thing (`start`), resolves what is
-served (`prepare`: `app.served`, a fifth of a second, mostly numpy's import) and sends the child its `Spec` and
-its first load (`messages.Preload`, decided as `app.engine.Engine.restore` decides a first load), and only then
-imports the server: the bridge opens while the server imports. `app.runtime.proxy.ProcessRuntime` adopts the
-child (`take`) when it starts its first one, if the `Spec` it resolved itself is the one sent; its first `Load`
-is answered with the preload's outcome. A child nobody takes (a setting that fails, a Spec that differs, a
-server stopping first) sees its pipe end and exits.
+The inference process (`app.runtime.child`) takes a few tenths of a second to start its interpreter and import what it
+needs (numpy, its runtime, this project's runtime modules), then its load; the server takes about half a second of
+imports (uvicorn, Starlette, the app) before it builds the engine and would send the child what to load only then. So
+``python -m app`` starts the child first thing (`start`), resolves what is served (`prepare`: `app.served`, a fifth of a
+second, mostly numpy's import) and sends the child its `Spec` and its first load (`messages.Preload`), and only then
+imports the server: the model loads while the server imports. `app.runtime.proxy.ProcessRuntime` adopts the child
+(`take`) when it starts its first one, if the `Spec` it resolved itself is the one sent; its first `Load` is answered
+with the preload's outcome. A child nobody takes (a setting that fails, a Spec that differs, a server stopping first)
+sees its pipe end and exits.
 
 Standard library only at import, so that importing this costs nothing before the child is under way.
 """
@@ -27,8 +26,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 CHILD_MODULE = "app.runtime.child"
-PREIMPORTS = frozenset({"onnxruntime"})
-"""What a child may be told to import before its `Spec` arrives."""
+PREIMPORTS = frozenset({"onnxruntime", "openvino"})
+"""What a child may be told to import before its `Spec` arrives: the runtimes (`app.settings.Settings.backend`)."""
 
 
 class Spawned:
@@ -104,9 +103,7 @@ def prepare(settings: Any, options: Any = None) -> None:
         data = pickle.dumps(spec)
         spawned.outbox.send_bytes(data)
         spawned.sent = data
-        # The first load as Engine.restore makes it: the bridge (the primary loading behind at once), else the primary.
-        first = messages.Preload("bridged" if spec.has_bridge else "primary")
-        spawned.outbox.send(first)
+        spawned.outbox.send(messages.Preload())
     except Exception as exc:  # noqa: BLE001 - the server's start raises it again, with its own message
         log.debug("resolving the spec before the server's imports failed: %r", exc)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -22,20 +21,13 @@ from app.runtime.backends.base import Resolved
 
 @dataclass(frozen=True)
 class Load:
-    """Load a backend: the primary, or the bridge with the primary loading behind it."""
-
-    mode: Literal["primary", "bridged"]
-    wait_for_request: bool = True
-    """Bridged: start the primary's load once the bridge has served a request (a restore), or at once (a start)."""
+    """Load the backend and serve with it."""
 
 
 @dataclass(frozen=True)
 class Preload:
-    """Begin this first load now, before the server asks (`app.runtime.early`); the `Load` of the same mode that
-    follows is answered with its outcome. Sent only to a process started before the server's imports."""
-
-    mode: Literal["primary", "bridged"]
-    wait_for_request: bool = False
+    """Begin the first load now, before the server asks (`app.runtime.early`); the `Load` that follows is answered
+    with its outcome. Sent only to a process started before the server's imports."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +78,7 @@ class Audio:
     ident: int
     audio: npt.NDArray[np.float32]
     backend: str
-    """The backend that made it (the bridge or the primary)."""
+    """The backend that made it."""
     durations: npt.NDArray[np.int64] | None = None
     """Frames per input token, where the model outputs them (`app.runtime.backends.base.Inference`)."""
 
@@ -105,18 +97,4 @@ class Files:
     paths: list[Path]
 
 
-@dataclass(frozen=True)
-class PrimaryReady:
-    """The primary took over from the bridge (sent unasked, from the background load)."""
-
-    resolved: Resolved
-
-
-@dataclass(frozen=True)
-class PrimaryFailed:
-    """The primary failed to load behind the bridge, which serves on (sent unasked)."""
-
-    message: str
-
-
-FromChild = Loaded | LoadFailed | Audio | Failed | Files | PrimaryReady | PrimaryFailed
+FromChild = Loaded | LoadFailed | Audio | Failed | Files

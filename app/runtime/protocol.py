@@ -20,17 +20,15 @@ from app.runtime.backends.base import Inference, Resolved
 class Runtime(Protocol):
     """Loads, runs and drops the model's inference state.
 
-    ``load_*``, ``unload`` and ``files`` are called one at a time (the lifecycle's worker
+    ``load``, ``unload`` and ``files`` are called one at a time (the lifecycle's worker
     thread), never while ``infer`` runs; ``infer`` is called from the pool's worker threads, at
     most one call per slot at a time.
     """
 
     resolved: Resolved | None
-    """What the primary backend resolved at its last load (None before it)."""
+    """What the backend resolved at its last load (None before it)."""
     served: Counter[str]
     """Inferences run, per backend name."""
-    primary_error: str | None
-    """Why the primary failed to load behind the bridge, which serves on; None when it did not fail."""
 
     @property
     def loaded(self) -> bool:
@@ -39,26 +37,11 @@ class Runtime(Protocol):
 
     @property
     def active_name(self) -> str | None:
-        """The backend that serves new inferences (the bridge or the primary), None when unloaded."""
+        """The backend that serves inferences, None when unloaded."""
         ...
 
-    @property
-    def bridge_serving(self) -> bool:
-        """Whether new inferences go to the bridge (the primary still loading behind it, or failed to)."""
-        ...
-
-    @property
-    def has_bridge(self) -> bool:
-        """Whether a load may open the fast-loading bridge first (`load_bridged`)."""
-        ...
-
-    def load_primary(self) -> Resolved:
-        """Load the primary backend and serve with it."""
-        ...
-
-    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
-        """Open the bridge and serve with it; the primary loads behind it (once the bridge has served its first
-        inference when ``wait_for_request``, else at once) and takes over."""
+    def load(self) -> Resolved:
+        """Load the backend and serve with it (one backend serves every request: the same bytes whenever)."""
         ...
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],

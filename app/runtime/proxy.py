@@ -1,11 +1,11 @@
 """The runtime, run in a child process (`app.runtime.child`) that a release ends.
 
 `ProcessRuntime` is an `app.runtime.protocol.Runtime`, as `app.runtime.local.LocalRuntime` is, and
-forwards each call over two pipes (the messages are `app.runtime.messages`). ``load_*`` starts the
+forwards each call over two pipes (the messages are `app.runtime.messages`). ``load`` starts the
 child when none runs; ``unload`` tells it to exit and waits, so after a release the server holds
 no runtime memory at all: no heap, no plugin state, no library pages.
 
-Threads: ``load_*``/``unload``/``files`` come from the lifecycle's worker thread, one at a
+Threads: ``load``/``unload``/``files`` come from the lifecycle's worker thread, one at a
 time; ``infer`` from the pool's worker threads, each waiting for its own answer. One reader
 thread per child hands answers to their callers. If the child dies, every waiting call fails
 with `WorkerGone`, `intact` turns False, and the lifecycle restores a fresh child for the next
@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -104,10 +103,7 @@ class ProcessRuntime:
         self.spec = spec
         self.resolved: Resolved | None = None
         self.served: Counter[str] = Counter()
-        self.primary_error: str | None = None
-        """Why the primary failed to load behind the bridge in the current inference process (None: it did not)."""
         self._active: str | None = None
-        self._bridged = False
         self._child: _ChildProcess | None = None
         self._reader: threading.Thread | None = None
         self._pending: dict[int, Future[messages.FromChild]] = {}
@@ -125,14 +121,6 @@ class ProcessRuntime:
     def active_name(self) -> str | None:
         return self._active
 
-    @property
-    def has_bridge(self) -> bool:
-        return self.spec.has_bridge
-
-    @property
-    def bridge_serving(self) -> bool:
-        return self._active is not None and self._bridged
-
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""
         child = self._child
@@ -140,13 +128,7 @@ class ProcessRuntime:
 
     # --- lifecycle (called one at a time) ----------------------------------------------------
 
-    def load_primary(self) -> Resolved:
-        return self._load("primary")
-
-    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
-        return self._load("bridged", wait_for_request)
-
-    def _load(self, mode: Literal["primary", "bridged"], wait_for_request: bool = True) -> Resolved:
+    def load(self) -> Resolved:
         while True:
             if self._child is not None and not self._child.alive:
                 self._reap()  # died since: start afresh
@@ -162,7 +144,7 @@ class ProcessRuntime:
                 self._loaded = loaded = Future[Resolved]()
             break
         try:
-            child.send(messages.Load(mode, wait_for_request))
+            child.send(messages.Load())
             resolved = loaded.result()
         except OSError as exc:
             self._reap()
@@ -171,9 +153,7 @@ class ProcessRuntime:
             self._reap()
             raise
         self._active = resolved.backend
-        self._bridged = mode == "bridged"
-        if mode == "primary":
-            self.resolved = resolved
+        self.resolved = resolved
         return resolved
 
     def prestart(self) -> None:
@@ -202,7 +182,6 @@ class ProcessRuntime:
             self._reap()
 
     def _start(self, why: str = "") -> None:
-        self.primary_error = None  # a fresh process tries the primary afresh
         self._child = _ChildProcess(self.child_module, self.spec)
         self._reader = threading.Thread(target=self._read, args=(self._child,), name="inference-reader", daemon=True)
         self._reader.start()
@@ -210,8 +189,8 @@ class ProcessRuntime:
                  " before the server's imports" if self._child.early else why)
 
     def files(self) -> list[Path]:
-        """What the inference process read: what it lists, and what it may have been reading
-        without having listed it yet (a background load cut short by the release)."""
+        """What the inference process read: what it lists, and what it may have read without listing it (a process
+        that died, or did not answer in time)."""
         found: list[Path] = []
         if self._child is not None and self._child.alive:
             try:
@@ -222,8 +201,7 @@ class ProcessRuntime:
                 pass
         listed = set(found)
         spec = self.spec
-        models = [spec.model_path] + ([spec.bridge_path] if spec.bridge_path is not None else [])
-        unlisted = backends.unlisted_files(models, spec.writable, spec.settings.cache_dir,
+        unlisted = backends.unlisted_files([spec.model_path], spec.writable, spec.settings.cache_dir,
                                            spec.settings.baked_cache_dir)
         return found + [p for p in unlisted if p not in listed]
 
@@ -302,14 +280,6 @@ class ProcessRuntime:
                     self._loaded.set_result(resolved)
                 case messages.LoadFailed(message=why) if self._loaded is not None:
                     self._loaded.set_exception(RuntimeError(why))
-                case messages.PrimaryReady(resolved=resolved):
-                    self.resolved = resolved
-                    if self._active is not None:
-                        self._active = resolved.backend
-                        self._bridged = False
-                case messages.PrimaryFailed(message=why):
-                    self.primary_error = why
-                    log.error("the primary backend failed to load behind the bridge, which serves on: %s", why)
         self._fail_waiting(child)
 
     def _fail_waiting(self, child: _ChildProcess) -> None:

@@ -1,10 +1,9 @@
 """What the inference runtime is built from, and the building: used by the inference process
 (`app.runtime.child`) and, with `Options.in_process`, by the server itself.
 
-Light on purpose: the inference process imports this before it can open the bridge, so what
-it imports is on a restore's path. The primary backend is built at its first load
-(`app.runtime.backends.deferred`): choosing OpenVINO's compile cache imports OpenVINO and starts its
-CPU plugin, work a restore served by the bridge does in the background.
+Light on purpose: the inference process imports this before its first load, so what it imports is on a restore's
+path. The backend is built at its first load (`app.runtime.backends.deferred`): choosing OpenVINO's compile cache
+starts its CPU plugin, which a process waiting released (`app.runtime.messages.Shed`) would otherwise hold.
 """
 
 from __future__ import annotations
@@ -29,9 +28,6 @@ class Options:
     """How the model runs, where a test or the benchmark asks for other than the product. Never read from the
     environment (`app.settings` holds what an operator sets): the defaults are the server."""
 
-    bridge: bool = True
-    """Open the ONNX Runtime bridge first where the primary is OpenVINO (`Spec.has_bridge`); False loads the primary
-    alone (the benchmark measures the form itself)."""
     in_process: bool = False
     """Run the model in the server's process instead of an inference process (`app.runtime.proxy`): the benchmark
     reads CPU time from its own process, and tests build an engine in process."""
@@ -63,20 +59,15 @@ class Spec:
     model_path: Path
     shape: PoolShape
     writable: Path
-    """The writable cache directory (compile cache, the bridge's optimized graph)."""
+    """The writable cache directory (compile cache, ONNX Runtime's optimized graph)."""
     warm_up: WarmUp | None = None
     """What every slot runs once after each load, before serving; None skips the warm-up."""
     options: Options = SERVER
     """Where a test or the benchmark runs the model otherwise than the server does."""
-    bridge_path: Path | None = None
-    """The file the ONNX Runtime bridge runs when it is not ``model_path`` (`app.served`): under an OpenVINO form,
-    the ONNX file it was derived from (ONNX Runtime cannot run OpenVINO's IR) or the ONNX Runtime form the tuning
-    run measured faster as one session on all threads (`app.tune.choice.bridge_choice`). None: the bridge runs
-    ``model_path`` (the file as shipped, or a form ONNX Runtime runs)."""
 
     @property
     def baked_graphs(self) -> Path | None:
-        """Where the image build saved ONNX Runtime's optimized graphs (`app.tune.build.save_bridge_graph`); None
+        """Where the image build saved ONNX Runtime's optimized graphs (`app.tune.build.save_graph`); None
         where the baked cache is the writable one: what the server saved there itself follows the writable cache's
         rules (a portable graph an earlier version left there is replaced by a packed one, not opened as baked)."""
         baked = self.settings.baked_cache_dir
@@ -84,24 +75,15 @@ class Spec:
             return None
         return baked / "onnxruntime"
 
-    @property
-    def has_bridge(self) -> bool:
-        """Whether a load opens the ONNX Runtime bridge first: only under an OpenVINO primary, whose compiled model
-        takes seconds to import. An ONNX Runtime primary opens as fast and serves from its first request: its first
-        requests are made by the same form as every later one."""
-        return self.options.bridge and self.settings.backend == "openvino"
-
 
 def build_runtime(spec: Spec) -> LocalRuntime:
-    """The backends, unloaded: run by the inference process, or by the server itself with `Options.in_process`
+    """The backend, unloaded: run by the inference process, or by the server itself with `Options.in_process`
     (the compile-cache choice imports OpenVINO, so it happens here)."""
-    bridge = (backends.bridge(spec.bridge_path or spec.model_path, spec.shape, spec.writable / "onnxruntime",
-                              spec.baked_graphs) if spec.has_bridge else None)
-    return LocalRuntime(Deferred(spec.settings.backend, lambda: _primary(spec)), bridge, spec.warm_up)
+    return LocalRuntime(Deferred(spec.settings.backend, lambda: _backend(spec)), spec.warm_up)
 
 
-def _primary(spec: Spec) -> Backend:
-    """The primary backend, with OpenVINO's compile cache chosen at its first build (it verifies a baked cache's
+def _backend(spec: Spec) -> Backend:
+    """The backend, with OpenVINO's compile cache chosen at its first build (it verifies a baked cache's
     files)."""
     settings, options = spec.settings, spec.options
     cache = _compile_cache(settings, options, spec.model_path, spec.writable)

@@ -4,8 +4,8 @@ Compiles the model into ``DIR/<key>/`` (the key of `app.runtime.compile_cache`) 
 own OpenVINO backend (same compile properties), reloads it to prove OpenVINO imports it, runs one
 inference on the imported model and writes the manifest that `app.runtime.compile_cache.choose`
 checks before a server uses the directory. It also saves ONNX Runtime's optimized graph of the model into
-``DIR/onnxruntime/`` (`save_bridge_graph`), which the server's bridge opens instead of optimizing the model
-at its first start. The image build runs it (see Containerfile).
+``DIR/onnxruntime/`` (`save_graph`), which a server on ONNX Runtime opens instead of optimizing the model at
+its first start. The image build runs it (see Containerfile).
 """
 
 from __future__ import annotations
@@ -72,17 +72,17 @@ def build(model_path: Path, out: Path, *, precision: str = "f32", streams: int =
         path.chmod(0o755 if path.is_dir() else 0o644)
     log.info("compiled %s into %s in %.1f s; import %.1f s; smoke inference %d samples", model_path, directory,
              compiled.load_s, imported.load_s, samples)
-    save_bridge_graph(model_path, out)
+    save_graph(model_path, out)
     return directory
 
 
-def save_bridge_graph(model_path: Path, out: Path) -> Path:
-    """ONNX Runtime's optimized graph of ``model_path`` in ``out/onnxruntime/``, where a server with
-    ``TTS_BAKED_CACHE_DIR=out`` opens its bridge (and an ONNX Runtime primary) from it instead of optimizing
-    the model at its first start. Named like the graph a server saves itself (model size and mtime, runtime
-    version, CPU family), so a server on another CPU family or runtime version does not find it and
-    optimizes as before. The portable graph, without the weights packed for the build machine's CPU (the
-    server's own saves keep those, named for its CPU's flags: `app.runtime.backends.onnxruntime`)."""
+def save_graph(model_path: Path, out: Path) -> Path:
+    """ONNX Runtime's optimized graph of ``model_path`` in ``out/onnxruntime/``, where a server on ONNX Runtime with
+    ``TTS_BAKED_CACHE_DIR=out`` opens it instead of optimizing the model at its first start. Named like the graph a
+    server saves itself (model size and mtime, runtime version, CPU family), so a server on another CPU family or
+    runtime version does not find it and optimizes as before. The portable graph, without the weights packed for the
+    build machine's CPU (the server's own saves keep those, named for its CPU's flags:
+    `app.runtime.backends.onnxruntime`)."""
     return _save_graph(model_path, out / "onnxruntime", prepacked=False)
 
 
@@ -99,8 +99,8 @@ def _budget(cpus: int) -> CpuBudget:
 
 def save_packed_graphs(cpus: int = 0) -> list[Path]:
     """ONNX Runtime's optimized graphs, with the weights packed for this CPU, of what a server started with this
-    environment opens (its bridge's file, and the served file where ONNX Runtime serves it: the tuned choice
-    baked into ``TTS_BAKED_CACHE_DIR``), saved there beside the portable ones. Named for this CPU's flags
+    environment opens (the served file where ONNX Runtime serves it: the tuned choice baked into
+    ``TTS_BAKED_CACHE_DIR``; none under OpenVINO), saved there beside the portable ones. Named for this CPU's flags
     (`app.runtime.backends.onnxruntime`), like the tuning manifest: a container on the build machine's CPU opens
     them (no packing at open, one mapped copy of the weights for all its sessions); on any other CPU the portable
     graph, as before. For a tuned image only: where no manifest applies they would never be opened."""
@@ -111,12 +111,9 @@ def save_packed_graphs(cpus: int = 0) -> list[Path]:
     if settings.baked_cache_dir is None:
         raise RuntimeError("TTS_BAKED_CACHE_DIR is not set: nowhere to save the packed graphs")
     found = resolve(settings, _budget(cpus))
-    spec = found.spec
-    models = [spec.bridge_path or spec.model_path]
-    if found.settings.backend == "onnxruntime":
-        models.append(spec.model_path)
-    return [_save_graph(model, settings.baked_cache_dir / "onnxruntime", prepacked=True)
-            for model in dict.fromkeys(models)]
+    if found.settings.backend != "onnxruntime":
+        return []
+    return [_save_graph(found.spec.model_path, settings.baked_cache_dir / "onnxruntime", prepacked=True)]
 
 
 def bake_shipped_forms() -> list[Path]:
@@ -159,11 +156,10 @@ def prune_forms(cpus: int = 0) -> list[Path]:
     open, with ONNX Runtime's graphs of them; returns the form directories removed.
 
     The tuning run makes every form it measures and the image keeps what it made, but a server opens the tuned
-    choice's form and the bridge's (`app.served.resolve`), and on another CPU the form its class's shipped manifest
+    choice's form (`app.served.resolve`), and on another CPU the form its class's shipped manifest
     or the portable default names (`bake_shipped_forms`). Each form is a copy of the model, 90-320 MB. For a tuned
     image only: run after the manifest is in place, with the budget it was tuned for (``cpus``); where no manifest
-    applies to that budget nothing is removed. A server given other settings at run time that would want a removed form
-    (``TTS_STREAMS`` changing the bridge's width) serves without it, logged, as where it was never made."""
+    applies to that budget nothing is removed."""
     from app.forms import store
     from app.runtime.backends.onnxruntime import saved_graphs
     from app.served import resolve
@@ -182,7 +178,7 @@ def prune_forms(cpus: int = 0) -> list[Path]:
                     found.choice.reason)
         return []
     spec = found.spec
-    opened = {p.parent.resolve() for p in (spec.model_path, spec.bridge_path) if p is not None}
+    opened = {spec.model_path.parent.resolve()}
     # And those a server on another CPU class opens (`bake_shipped_forms`).
     _, _, digest, shipped = _shipped_forms()
     opened |= {p.parent.resolve() for p in (store.find(f, baked, digest) for f in shipped) if p is not None}
@@ -204,12 +200,12 @@ def prune_forms(cpus: int = 0) -> list[Path]:
 
 
 def _save_graph(model_path: Path, folder: Path, *, prepacked: bool) -> Path:
-    """Open ``model_path`` with ONNX Runtime as the bridge does, saving its optimized graph into ``folder`` (with
+    """Open ``model_path`` with ONNX Runtime as a server does, saving its optimized graph into ``folder`` (with
     the weights packed for this CPU, or portable), speak once through it, and return the graph's path."""
     from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 
-    backend = OnnxRuntimeBackend(model_path, PoolShape(1, 1), runtime_defaults=False, shared=True,
-                                 optimized_dir=folder, prepacked=prepacked)
+    backend = OnnxRuntimeBackend(model_path, PoolShape(1, 1), runtime_defaults=False, optimized_dir=folder,
+                                 prepacked=prepacked)
     backend.load()
     _speak(backend)  # raises if no usable audio came out
     backend.unload()
@@ -254,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="f32", help="as TTS_PRECISION")
     parser.add_argument("--streams", type=int, default=0, help="as TTS_STREAMS (not part of OpenVINO's key)")
     parser.add_argument("--threads-per-stream", type=int, default=0, help="as TTS_THREADS_PER_STREAM")
-    parser.add_argument("--bridge-graph-only", action="store_true",
+    parser.add_argument("--graph-only", action="store_true",
                         help="only save ONNX Runtime's optimized graph of --model (a form the tuner chose for it)")
     parser.add_argument("--packed-for-choice", action="store_true",
                         help="only save, for what a server started with this environment opens (the tuned choice), "
@@ -284,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("model file %s does not exist", args.model)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.bridge_graph_only:
-        save_bridge_graph(args.model, args.out)
+    if args.graph_only:
+        save_graph(args.model, args.out)
     else:
         directory = build(args.model, args.out, precision=args.precision, streams=args.streams,
                           threads_per_stream=args.threads_per_stream, model_sha256=args.sha256)

@@ -7,10 +7,6 @@ from pathlib import Path
 from app.runtime.backends.base import Backend
 from app.sizing import PoolShape
 
-BRIDGE_SPIN_US = 50
-"""Microseconds the bridge's threads spin for their next piece of work before they sleep: a lone request's chunk on
-all threads runs faster at the same CPU time than when they sleep at once (docs/experiments.md)."""
-
 
 def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, precision: str,
            cache_dir: Path | None, fallback_cache_dir: Path | None = None, shape_cache: int = 0,
@@ -32,22 +28,9 @@ def create(name: str, model_path: Path, shape: PoolShape, *, runtime_defaults: b
     raise ValueError(f"unknown backend {name!r}")
 
 
-def bridge(model_path: Path, shape: PoolShape, optimized_dir: Path | None = None,
-           baked_optimized_dir: Path | None = None, spin_us: int = BRIDGE_SPIN_US) -> Backend:
-    """The restore bridge: one ONNX Runtime session shared by all slots, with all the budget's
-    threads (the first request after a restore runs alone), opened in about 0.4 s from the graph
-    optimized at its first open (kept in ``optimized_dir``) or at the image build (``baked_optimized_dir``); its
-    workers spin for at most ``spin_us`` between parallel sections (`app.runtime.backends.onnxruntime.SPIN_NOTE`)."""
-    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
-
-    return OnnxRuntimeBackend(model_path, shape, runtime_defaults=False, shared=True, optimized_dir=optimized_dir,
-                              baked_optimized_dir=baked_optimized_dir, pack_at_open=False, spin_us=spin_us)
-
-
 def unlisted_files(models: list[Path], writable: Path, configured: Path, baked: Path | None) -> list[Path]:
-    """Every file an inference process may have read, listed or not: the models (the served copy, and the
-    export it was made from, which the bridge loads), and what lies under each backend's
-    `page_cache_roots` (both backends: the bridge is ONNX Runtime)."""
+    """Every file an inference process may have read, listed or not: the models, and what lies under each backend's
+    `page_cache_roots` (both backends, whichever served: a file read is evicted, one not read costs nothing)."""
     from app.runtime.backends import onnxruntime, openvino
 
     roots = openvino.page_cache_roots(writable, configured, baked) + onnxruntime.page_cache_roots(writable)

@@ -1,8 +1,7 @@
 """A backend built at its first load rather than up front.
 
-Building OpenVINO's backend chooses its compile cache, which imports OpenVINO and starts its
-CPU plugin (about 0.3 s here). When the restore bridge serves the first requests, that work
-belongs in the background load, not on the path of the request that is waiting.
+Building OpenVINO's backend chooses its compile cache, which starts OpenVINO's CPU plugin (about 0.3 s here): a
+process that waits released for the next restore (`app.runtime.messages.Shed`) holds none of it until it loads.
 """
 
 from __future__ import annotations

@@ -4,23 +4,22 @@ Sized: one session per stream, each with its own intra-op pool of T threads and 
 so streams never share a thread pool. Runtime defaults (benchmark baseline): one session with
 ONNX Runtime's default threading, shared by all slots (``run`` is thread-safe).
 
-With ``optimized_dir`` (the restore bridge) the graph ONNX Runtime optimizes at the first open
-is saved there and later opens load it with optimization off: 0.4 s instead of 0.8 s here, and
-bit-identical audio (checked in tests/app/runtime/test_bridge_graph.py). The saved graph may hold
+With ``optimized_dir`` the graph ONNX Runtime optimizes at the first open is saved there and later opens load it
+with optimization off: about half the time, and bit-identical audio (checked in
+tests/app/runtime/test_optimized_graph.py). The saved graph may hold
 CPU-specific layouts (NCHWc), so its name carries the ONNX Runtime version, the model file's
 identity and the CPU's instruction set family. ``baked_optimized_dir`` is a read-only place looked in
 first: the image build saves the graph there (`python -m app.tune.build`), so that a container whose
 writable cache starts empty does not optimize the model at its first start (opening a saved graph takes a
 fraction of the time of optimizing and saving it).
 
-A graph saved here at run time (``prepacked``, the default) also holds the weights as the kernels packed them,
-in a data file beside it (ONNX Runtime's ``session.save_external_prepacked_constant_initializers``) that the
-next open maps instead of packing again: it opens sooner, with bit-identical audio, and the sessions of one
-process that open it (the pool's, the bridge kept beside them) map the same pages instead of each packing a copy
-on its heap, which takes much less anonymous memory (docs/experiments.md). The packed layout is the kernels'
-choice for this very CPU,
-so such a graph is named for a digest of its feature flags, not its family; the image keeps the portable graph
-(`app.tune.build`), which is opened when no packed one was saved on this CPU.
+A graph saved here at run time (``prepacked``, the default) also holds the weights as the kernels packed them, in a data
+file beside it (ONNX Runtime's ``session.save_external_prepacked_constant_initializers``) that the next open maps
+instead of packing again: it opens sooner, with bit-identical audio, and the sessions of one process that open it (one
+per stream) map the same pages instead of each packing a copy on its heap, which takes much less anonymous memory
+(docs/experiments.md). The packed layout is the kernels' choice for this very CPU, so such a graph is named for a digest
+of its feature flags, not its family; the image keeps the portable graph (`app.tune.build`), which is opened when no
+packed one was saved on this CPU.
 """
 
 from __future__ import annotations
@@ -42,26 +41,15 @@ from app.sizing import PoolShape
 
 log = logging.getLogger(__name__)
 
-SPIN_NOTE = """Why the shared session (the bridge) spins for a bounded time: between the
-graph's thousands of small parallel sections, a worker that sleeps at once is woken through the kernel each time.
-A short spin made one inference at a time faster in wall time at the same or less CPU time (sleeping and waking
-costs CPU too); unbounded spinning was no faster and took more CPU. Two inferences at once on the same session
-(more threads than CPUs) made less audio per second with the spin: it pays where the session runs alone, as a
-restore's first request does (docs/experiments.md). The pool's one-thread streams have no workers to spin;
-multi-thread streams keep sleeping at once, not measured."""
-
-
 class OnnxRuntimeBackend:
     name = "onnxruntime"
 
-    def __init__(self, model_path: Path, shape: PoolShape, *, runtime_defaults: bool, shared: bool = False,
+    def __init__(self, model_path: Path, shape: PoolShape, *, runtime_defaults: bool,
                  optimized_dir: Path | None = None, baked_optimized_dir: Path | None = None,
-                 prepacked: bool = True, pack_at_open: bool = True, spin_us: int = 0) -> None:
+                 prepacked: bool = True) -> None:
         self._model_path = model_path
         self._shape = shape
         self._runtime_defaults = runtime_defaults
-        self._shared = shared
-        """One session shared by all slots, with all the budget's threads (opens N times faster)."""
         self._optimized_dir = optimized_dir
         self._baked_optimized_dir = baked_optimized_dir if optimized_dir is not None else None
         self._open_packed = prepacked
@@ -69,21 +57,11 @@ class OnnxRuntimeBackend:
         self._save_packed = prepacked and not (optimized_dir is not None and in_memory(optimized_dir))
         """Save the graph with its packed weights; not into a file system held in memory (a container's tmpfs
         /tmp), where the data file would be memory the container is billed."""
-        self.pack_at_open = pack_at_open
-        """Let the kernels pack the weights of a saved graph as it opens; False opens it without (ONNX Runtime's
-        ``session.disable_prepacking``): a bridge that must serve at once opens faster and runs somewhat slower
-        (docs/experiments.md). Read at each `load`
-        (`app.runtime.local` sets it per load)."""
-        self.spin_us = spin_us if shared else 0
-        """The shared session's intra-op workers spin for at most this many microseconds for the next piece of work
-        before they sleep (``session.intra_op.spin_duration_us``); 0: they sleep at once. See `SPIN_NOTE`."""
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
         self._outputs: list[str] = ["audio"]
         """What each inference fetches: the audio, and the durations where the model outputs them."""
-        self._run_options: Any = None
-        """The shared session's (the bridge's): its arena shrinks back after every run (see `load`)."""
 
     @property
     def loaded(self) -> bool:
@@ -97,15 +75,6 @@ class OnnxRuntimeBackend:
             session = ort.InferenceSession(str(self._model_path), providers=["CPUExecutionProvider"])
             self._sessions = [session] * self._shape.streams
             streams, threads = 1, 0
-        elif self._shared:
-            session = self._sized_session(ort, self._shape.threads)
-            self._sessions = [session] * self._shape.streams
-            streams, threads = 1, self._shape.threads
-            # The bridge's arena held the activations of its longest run: +216 MB after four runs of 30-120 tokens,
-            # +26 MB with the arena shrunk after each run, at the same speed (1.006 x the time, interleaved on
-            # one session).
-            self._run_options = ort.RunOptions()
-            self._run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
         else:
             self._sessions = self._sized_sessions(ort, self._shape.streams)
             streams, threads = self._shape.streams, self._shape.threads
@@ -128,10 +97,10 @@ class OnnxRuntimeBackend:
             rest = list(pool.map(lambda _: self._sized_session(ort), range(count - len(first))))
         return first + rest
 
-    def _sized_session(self, ort: Any, threads: int | None = None, *, pack: bool | None = None) -> Any:
-        def options(*, prepack: bool = True) -> Any:
+    def _sized_session(self, ort: Any) -> Any:
+        def options() -> Any:
             opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads or self._shape.threads_per_stream
+            opts.intra_op_num_threads = self._shape.threads_per_stream
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             # ONNX Runtime plans one block per input shape for all of a run's tensors (a memory pattern) and keeps
@@ -139,13 +108,9 @@ class OnnxRuntimeBackend:
             # 380 against 222 MB after a 120-token chunk, at the same speed and bit-identical audio without it
             # (docs/performance.md).
             opts.enable_mem_pattern = False
-            spin = self.spin_us if opts.intra_op_num_threads > 1 else 0
-            # Unbounded spinning burns CPU that the bill counts while other streams need it (SPIN_NOTE).
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-            if spin:
-                opts.add_session_config_entry("session.intra_op.spin_duration_us", str(spin))
-            if not prepack:
-                opts.add_session_config_entry("session.disable_prepacking", "1")
+            # Workers sleep at once: spinning burns CPU that the bill counts while other streams need it (a one-thread
+            # stream has no workers to spin).
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
             return opts
 
         providers = ["CPUExecutionProvider"]
@@ -154,8 +119,7 @@ class OnnxRuntimeBackend:
             return ort.InferenceSession(str(self._model_path), sess_options=options(), providers=providers)
         saved = self._saved(optimized, ort.__version__)
         if saved is not None:
-            packed = self.pack_at_open if pack is None else pack
-            opts = options(prepack=packed)
+            opts = options()
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
                 session = ort.InferenceSession(str(saved), sess_options=opts, providers=providers)
@@ -225,16 +189,6 @@ class OnnxRuntimeBackend:
             return f"{stem}-{cpu.flags_digest()}.packed.onnx"
         return f"{stem}.onnx"
 
-    def spinning_us(self) -> int:
-        """How long the open sessions' intra-op workers spin before they sleep, as the sessions were opened (0: they
-        sleep at once, or nothing is open)."""
-        if not self._sessions:
-            return 0
-        options = self._sessions[0].get_session_options()
-        if options.get_session_config_entry("session.intra_op.allow_spinning") != "1":
-            return 0
-        return int(options.get_session_config_entry("session.intra_op.spin_duration_us"))
-
     def unload(self) -> None:
         self._sessions = []
 
@@ -245,7 +199,7 @@ class OnnxRuntimeBackend:
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
         feed = {"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)}
-        found = self._sessions[slot].run(self._outputs, feed, self._run_options)
+        found = self._sessions[slot].run(self._outputs, feed)
         durations = np.asarray(found[1], dtype=np.int64).reshape(-1) if len(found) > 1 else None
         return Inference(np.asarray(found[0], dtype=np.float32).reshape(-1), durations)
 
@@ -262,7 +216,7 @@ class OnnxRuntimeBackend:
 
 
 def page_cache_roots(writable: Path) -> list[Path]:
-    """Where an ONNX Runtime process may have read files it did not list: the bridge's optimized graph
+    """Where an ONNX Runtime process may have read files it did not list: its optimized graphs
     and ONNX Runtime's own libraries (a baked graph lies under the baked root, which OpenVINO's roots hold)."""
     return [writable / "onnxruntime", *package_dirs("onnxruntime")]
 
