@@ -56,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     defaults = runner.Options(out=Path(), cache_dir=DEFAULT_CACHE)
     run.add_argument("--quick", action="store_true",
                      help="a few minutes: ort-defaults and complete, 2 utterances, 1 and 2 clients, short windows")
-    run.add_argument("--configs", type=_names, help="comma-separated configuration names (default: all)")
+    run.add_argument("--configs", type=_names,
+                     help="comma-separated configuration names (default: all of this server's; the foreign instance, "
+                          "fastkokoro and kokoro-pi only when named)")
     run.add_argument("--clients", type=_ints, help=f"client counts (default {','.join(map(str, defaults.clients))})")
     run.add_argument("--ramp-s", type=float, help=f"excluded ramp-up per client count (default {defaults.ramp_s:g})")
     run.add_argument("--window-s", type=float, help=f"steady-state window (default {defaults.window_s:g})")
@@ -83,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--pool", type=_pool,
                      help="STREAMSxTHREADS in place of the sizing rule's shape for the sized and complete "
                           "configurations (the study's 8x2 on a machine whose rule picks another); default: the rule's")
+    run.add_argument("--voice", help="every utterance in this voice (default: the corpus's voices); the peers' "
+                                     "comparison speaks af_heart, which every server offers")
     rep = sub.add_parser("report", help="rebuild report.md, plots and figures.json from RUN/results.json")
     rep.add_argument("run", type=Path)
     rep.add_argument("--readme", action="store_true", help="print the headline table for the README instead")
@@ -106,7 +110,7 @@ def _options(args: argparse.Namespace, command: str) -> runner.Options:
             else runner.Options(out=out, cache_dir=args.cache_dir, command=command))
     overrides = {name: getattr(args, name) for name in (
         "configs", "clients", "ramp_s", "window_s", "drain_s", "idle_s", "quiet_window_s", "release_cycles",
-        "growth_cycles", "cold_starts", "corpus", "items", "tune", "tuned_dir", "pool",
+        "growth_cycles", "cold_starts", "corpus", "items", "tune", "tuned_dir", "pool", "voice",
         "ceiling_1x1") if getattr(args, name) is not None}
     return dataclasses.replace(base, **overrides)
 

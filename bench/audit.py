@@ -66,19 +66,25 @@ def _billing(args: argparse.Namespace) -> cost.Billing:
     return dataclasses.replace(preset, rates=rates, cpu=args.cpu or preset.cpu, memory=args.memory or preset.memory)
 
 
-def _scale_to_zero_source(configs: Sequence[cost.Figures], name: str | None) -> cost.Figures:
-    if name is not None:
-        for fig in configs:
-            if fig.name == name:
-                return fig
-        raise SystemExit(f"--scale-to-zero-from: no configuration named {name!r}")
-    # The complete system is the configuration with a lifecycle; without one, the last (the benchmark's best).
-    with_lifecycle = [fig for fig in configs if fig.has_lifecycle]
-    return with_lifecycle[0] if with_lifecycle else configs[-1]
+def _scale_to_zero_sources(configs: Sequence[cost.Figures], name: str | None) -> list[cost.Figures]:
+    """The configurations priced at scale-to-zero: the one named, else every one (each with its own cold start)."""
+    if name is None:
+        return list(configs)
+    for fig in configs:
+        if fig.name == name:
+            return [fig]
+    raise SystemExit(f"--scale-to-zero-from: no configuration named {name!r}")
+
+
+def _scale_to_zero_after(configs: Sequence[cost.Figures], after: float | None) -> float:
+    """The platform's idle time before an instance goes: one figure for every configuration, so a server without a
+    lifecycle is not sent to zero sooner than one with; default the longest quiet window among them."""
+    return after if after is not None else max(fig.quiet_window_s for fig in configs)
 
 
 def run_cost(args: argparse.Namespace) -> Path:
-    """Price every configuration: per audio-hour, the bursty day, and the trace (always-on and scale-to-zero)."""
+    """Price every configuration: per audio-hour, and each day (the bursty day and the trace), always-on and
+    scale-to-zero, under both memory models."""
     figures_path = Path(args.run) / "figures.json" if args.run else Path(args.figures)
     figures = cost.load_figures(figures_path)
     trace = autoscale.load_trace(Path(args.trace))
@@ -87,32 +93,45 @@ def run_cost(args: argparse.Namespace) -> Path:
     audio = trace.audio_seconds(args.audio_per_request).tolist()
     requests = trace.requests(args.audio_per_request).tolist()
     day_factor = 1440.0 / len(audio)
+    stz_from = _scale_to_zero_sources(figures.configurations, args.scale_to_zero_from)
+    after = _scale_to_zero_after(figures.configurations, args.scale_to_zero_after)
 
     runs = [cost.trace_usage(fig, audio, requests, "always-on") for fig in figures.configurations]
-    stz = _scale_to_zero_source(figures.configurations, args.scale_to_zero_from)
-    runs.append(cost.trace_usage(stz, audio, requests, "scale-to-zero", args.scale_to_zero_after))
+    runs += [cost.trace_usage(fig, audio, requests, "scale-to-zero", after) for fig in stz_from]
 
     numbers: dict[str, Any] = {"billing": dataclasses.asdict(billing), "figures": str(figures_path),
-                               "trace": str(args.trace), "configurations": {}, "trace_runs": {}}
+                               "trace": str(args.trace), "scale_to_zero_after_s": after, "configurations": {},
+                               "trace_runs": {}}
     hour_rows, day_rows, trace_rows = [], [], []
     for fig in figures.configurations:
         hour = {m: cost.bill(cost.full_load_usage(fig, audio_per_request_s=args.audio_per_request), b)
                 for m, b in billings.items()}
         day = {m: cost.bill(cost.bursty_day_usage(fig, audio_per_request_s=args.audio_per_request), b)
                for m, b in billings.items()}
-        numbers["configurations"][fig.name] = {
+        entry: dict[str, Any] = {
             "per_audio_hour": {m: h.total for m, h in hour.items()},
             "bursty_day": {m: dataclasses.asdict(d) | {"total": d.total} for m, d in day.items()},
+            "cold_start_s": fig.cold_start_s,
         }
+        stz_day = "-", "-"
+        if fig in stz_from:
+            zero = {m: cost.bill(cost.bursty_day_usage(fig, audio_per_request_s=args.audio_per_request,
+                                                       policy="scale-to-zero", scale_to_zero_after_s=after), b)
+                    for m, b in billings.items()}
+            entry["bursty_day_scale_to_zero"] = {m: dataclasses.asdict(d) | {"total": d.total} for m, d in zero.items()}
+            stz_day = _usd(zero["configured"].total), _usd(zero["metered"].total)
+        numbers["configurations"][fig.name] = entry
         hour_rows.append([fig.name, f"{fig.efficiency:.2f}", f"{fig.vcpus:g}", f"{fig.configured_mb:,.0f}",
                           _usd(hour["configured"].total), _usd(hour["metered"].total)])
         released = "-" if fig.released_memory_mb is None else f"{fig.released_memory_mb:,.0f}"
         day_rows.append([fig.name, f"{fig.idle_memory_mb:,.0f}", released, _usd(day["configured"].cpu),
                          _usd(day["configured"].memory), _usd(day["configured"].total),
-                         _usd(day["metered"].memory), _usd(day["metered"].total)])
+                         _usd(day["metered"].memory), _usd(day["metered"].total), f"{fig.cold_start_s:.1f}",
+                         *stz_day])
     for run in runs:
         bills = {m: cost.bill(run.usage, b) for m, b in billings.items()}
         numbers["trace_runs"][run.name] = {
+            "configuration": run.name.removeprefix("scale-to-zero (").removesuffix(")"), "policy": run.policy,
             "daily": {m: b.total * day_factor for m, b in bills.items()},
             "per_audio_hour": {m: cost.per_audio_hour(b.total, run.usage.audio_s) for m, b in bills.items()},
             "cold_starts": run.cold_starts, "wakes": run.wakes, "waiting_requests": run.waiting_requests,
@@ -126,16 +145,15 @@ def run_cost(args: argparse.Namespace) -> Path:
     out = _out_dir(args.out)
     (out / "audit.json").write_text(json.dumps(numbers, indent=2, default=str) + "\n")
     _plot_cost(out / "cost.png", numbers, billing)
-    (out / "report.md").write_text(_cost_report(args, figures, trace, billing, stz, hour_rows, day_rows,
+    (out / "report.md").write_text(_cost_report(args, figures, trace, billing, after, hour_rows, day_rows,
                                                 trace_rows, sum(audio), len(audio)))
     return out
 
 
 def _cost_report(args: argparse.Namespace, figures: cost.FiguresFile, trace: autoscale.Trace,
-                 billing: cost.Billing, stz: cost.Figures, hour_rows: list[list[str]], day_rows: list[list[str]],
+                 billing: cost.Billing, after: float, hour_rows: list[list[str]], day_rows: list[list[str]],
                  trace_rows: list[list[str]], audio_s: float, minutes: int) -> str:
     rates = billing.rates
-    stz_after = args.scale_to_zero_after if args.scale_to_zero_after is not None else stz.quiet_window_s
     cpu_text = ("allocated vCPUs x the instance's whole life" if billing.cpu == "instance"
                 else "allocated vCPUs x the time spent serving or starting")
     notes = [f"- **{fig.name}**: {fig.notes}" for fig in figures.configurations if fig.notes]
@@ -150,20 +168,23 @@ def _cost_report(args: argparse.Namespace, figures: cost.FiguresFile, trace: aut
          f"${rates.memory_per_gb_s:.6g} per GiB-s, ${rates.per_request:.3g} per request."),
         (f"- CPU billed: {cpu_text}. The platform bills memory **{billing.memory}**; both memory models "
          "are shown: *configured* = configured size x billed time; *metered* = memory used (page cache "
-         "included) over the billed time. Releasing memory lowers only the metered bill."), "",
+         "included) over the billed time. Releasing memory lowers only the metered bill."),
+        (f"- Scale-to-zero: every configuration pays its own measured cold start on every wake and is kept "
+         f"{after:g} s after its last request (one figure for all: the longest quiet window among them)."), "",
         "## Cost per audio-hour at full load", "",
         "One instance busy at its throughput for the audio-hour, existing only while busy.", "",
         _table(["configuration", "audio-s per CPU-s", "vCPUs", "configured MiB", "configured memory",
                 "metered memory"], hour_rows), "",
         "## Bursty day", "",
-        "24 h, 2 audio-hours of demand in 8 equal bursts, the instance kept alive between bursts.", "",
+        ("24 h, 2 audio-hours of demand in 8 equal bursts on one instance: always-on keeps it alive between bursts; "
+         "scale-to-zero starts it for each burst."), "",
         _table(["configuration", "idle MiB", "released MiB", "CPU", "memory (configured)", "day (configured)",
-                "memory (metered)", "day (metered)"], day_rows), "",
+                "memory (metered)", "day (metered)", "cold start, s", "scale-to-zero day (configured)",
+                "scale-to-zero day (metered)"], day_rows), "",
         "## The trace, per day", "",
-        (f"Always-on keeps one instance alive; scale-to-zero uses **{stz.name}**'s figures, keeps the "
-         f"instance {stz_after:g} s after the last request and pays a {stz.cold_start_s:g} s cold start on "
-         f"every wake. Costs are scaled to 24 h. Per audio-hour uses the platform's memory model "
-         f"({billing.memory})."), "",
+        ("Always-on keeps one instance alive; scale-to-zero has none after the idle time above and pays the "
+         f"configuration's cold start on every wake. Costs are scaled to 24 h. Per audio-hour uses the platform's "
+         f"memory model ({billing.memory})."), "",
         _table(["configuration", "policy", "day (configured)", "day (metered)", "per audio-hour", "wakes",
                 "requests waiting on a cold start", "max instances"], trace_rows), "",
         "![cost](cost.png)", "",
@@ -181,21 +202,30 @@ def _figure_pair() -> tuple[Figure, Axes, Axes]:
 
 
 def _plot_cost(path: Path, numbers: dict[str, Any], billing: cost.Billing) -> None:
+    """Both days side by side: per configuration, always-on and scale-to-zero under each memory model."""
     fig, left, right = _figure_pair()
-    width = 0.38
-    for ax, title, series in (
-        (left, "Bursty day", {n: {m: v["total"] for m, v in c["bursty_day"].items()}
-                              for n, c in numbers["configurations"].items()}),
-        (right, "Trace, per day", {n: r["daily"] for n, r in numbers["trace_runs"].items()}),
-    ):
-        names = list(series)
-        for i, model in enumerate(MEMORY_MODELS):
-            xs = [k + (i - 0.5) * width for k in range(len(names))]
-            ax.bar(xs, [series[n][model] for n in names], width, label=f"memory {model}")
+    bursty: dict[str, dict[str, float]] = {}
+    for name, c in numbers["configurations"].items():
+        bursty[name] = {f"always-on, {m}": v["total"] for m, v in c["bursty_day"].items()}
+        bursty[name] |= {f"scale-to-zero, {m}": v["total"] for m, v in c.get("bursty_day_scale_to_zero", {}).items()}
+    trace: dict[str, dict[str, float]] = {}
+    for run in numbers["trace_runs"].values():
+        trace.setdefault(run["configuration"], {}).update(
+            {f"{run['policy']}, {m}": v for m, v in run["daily"].items()})
+    series = [f"{p}, {m}" for p in ("always-on", "scale-to-zero") for m in MEMORY_MODELS]
+    width = 0.8 / len(series)
+    for ax, title, table in ((left, "Bursty day (2 audio-hours in 8 bursts)", bursty),
+                             (right, "Steady day (the trace)", trace)):
+        names = list(table)
+        for i, label in enumerate(series):
+            xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(names))]
+            ax.bar(xs, [table[n].get(label, 0.0) for n in names], width, label=label,
+                   hatch="//" if label.startswith("scale") else None)
         ax.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=8)
-        ax.set_ylabel("dollars")
-        ax.set_title(f"{title} ({billing.name})")
-        ax.legend(fontsize=8)
+        ax.set_ylabel("dollars per day")
+        ax.set_title(f"{title}, {billing.rates.name} rates", fontsize=9)
+        ax.legend(fontsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

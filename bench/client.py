@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 BYTES_PER_AUDIO_S = 48_000.0
+Api = Literal["openai", "kokoro-pi"]
+"""How a server is asked for streamed 16-bit PCM: OpenAI's ``POST /v1/audio/speech`` (this server, fastkokoro), or
+kokoro-pi's ``POST /v1/tts`` (its ``/v1/audio/speech`` buffers the whole response: `bench.peers`)."""
+APIS: tuple[Api, ...] = ("openai", "kokoro-pi")
+
+
+def request_for(api: Api, text: str, voice: str, speed: float = 1.0) -> tuple[str, dict[str, Any]]:
+    """The route and JSON body of one streamed 24 kHz mono 16-bit little-endian PCM request: the least adapter
+    that asks each server for the same thing."""
+    if api == "kokoro-pi":
+        return "/v1/tts", {"text": text, "voice": voice, "format": "s16le", "speed": speed, "stream": True}
+    return "/v1/audio/speech", {"model": "kokoro", "input": text, "voice": voice, "response_format": "pcm",
+                                "speed": speed, "stream": True}
 
 
 class RequestFailed(RuntimeError):
@@ -27,14 +40,14 @@ class Speech:
     """Audio-seconds received."""
 
 
-def speak(url: str, text: str, voice: str, *, timeout_s: float = 300.0) -> Speech:
+def speak(url: str, text: str, voice: str, *, timeout_s: float = 300.0, api: Api = "openai") -> Speech:
     """Send one streamed PCM request and time it; `RequestFailed` on any error."""
-    body = {"model": "kokoro", "input": text, "voice": voice, "response_format": "pcm", "stream": True}
+    path, body = request_for(api, text, voice)
     sent = time.perf_counter()
     first: float | None = None
     received = 0
     with httpx.Client(base_url=url, timeout=timeout_s) as http, \
-            http.stream("POST", "/v1/audio/speech", json=body) as response:
+            http.stream("POST", path, json=body) as response:
         if response.status_code != 200:
             raise RequestFailed(f"speech: {response.status_code} {response.read().decode(errors='replace')[:300]}")
         for part in response.iter_raw():

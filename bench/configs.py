@@ -11,6 +11,11 @@
   leave cores idle.
 - ``complete``: the complete system: OpenVINO sized by the rule, compile cache on, lifecycle on (memory is
   released after the quiet window and restored on demand).
+- ``foreign``: the same server as an instance on a CPU it has no tuning for would run it: ``TTS_BACKEND=auto``, an
+  empty cache directory, no tuning manifest for this machine (`Options.shipped_tuning` False: the manifests shipped
+  in the package are ignored), server defaults otherwise (compile cache, lifecycle).
+- ``fastkokoro``, ``kokoro-pi``: the servers users would install instead (`bench.peers`), each from PyPI into its
+  own virtual environment, on the same model file and voices, at its own recommended settings.
 
 Only the complete system has the compile cache and the lifecycle: the others are the baselines and the
 sizing grid, with everything else equal.
@@ -25,8 +30,9 @@ from typing import Literal
 from app.runtime.spec import Options
 from app.sizing import CpuBudget, PoolShape, shape_for
 from bench import variant
+from bench.peers import PEERS
 
-Kind = Literal["defaults", "sized", "complete"]
+Kind = Literal["defaults", "sized", "complete", "foreign", "peer"]
 DEFAULTS_SLOTS = 4
 """Requests that may infer at once under runtime defaults (Kokoro-FastAPI's semaphore)."""
 
@@ -39,7 +45,8 @@ class ServerConfig:
     """Short label used in tables, files and ``--configs``."""
     title: str
     """Human description for the report."""
-    backend: Literal["onnxruntime", "openvino"]
+    backend: Literal["onnxruntime", "openvino", "auto"]
+    """``auto``: the server chooses (the foreign instance)."""
     kind: Kind
     streams: int
     """Slots (under runtime defaults), or runtime streams."""
@@ -62,11 +69,16 @@ class ServerConfig:
     def shape(self) -> str:
         return "runtime defaults" if self.runtime_defaults else f"{self.streams}x{self.threads_per_stream}"
 
+    @property
+    def peer(self) -> bool:
+        """Another project's server (`bench.peers`), not this one."""
+        return self.kind == "peer"
+
     def options(self) -> Options:
         """How the server runs its model here where that is not the server's way (`bench.variant`)."""
         # The defaults baseline keeps OpenVINO's own per-shape kernel cache as well.
         return Options(runtime_defaults=self.runtime_defaults, shape_cache=-1 if self.runtime_defaults else 0,
-                       compile_cache=self.compile_cache)
+                       compile_cache=self.compile_cache, shipped_tuning=self.kind != "foreign")
 
     def env(self, *, quiet_window_s: float, max_requests: int) -> dict[str, str]:
         """The ``TTS_*`` settings that make the server run this configuration, and its options (`bench.variant`)."""
@@ -84,6 +96,12 @@ class ServerConfig:
             env.update({"TTS_BACKEND": "auto", "TTS_BAKED_CACHE_DIR": self.tuned_dir, "TTS_STREAMS": "0",
                         "TTS_THREADS_PER_STREAM": "0"})
         return env
+
+
+FOREIGN = ServerConfig("foreign", "This server as a foreign instance: TTS_BACKEND=auto, an empty cache, no tuning "
+                       "manifest for this CPU (the shipped ones ignored)", "auto", "foreign", 0, 0,
+                       compile_cache=True, lifecycle=True)
+"""Streams and threads 0: the server's own sizing rule, as a user who sets nothing gets."""
 
 
 def parse_pool(text: str) -> PoolShape:
@@ -125,6 +143,11 @@ def all_configs(budget: CpuBudget, pool: PoolShape | None = None) -> list[Server
     configs.append(ServerConfig("complete", f"Complete system: OpenVINO {auto.streams}x{auto.threads_per_stream}"
                                 " + compile cache + lifecycle", "openvino", "complete", auto.streams,
                                 auto.threads_per_stream, compile_cache=True, lifecycle=True, auto=True))
+    configs.append(FOREIGN)
+    for peer in PEERS.values():
+        threads = peer.threads(budget.cpus)
+        configs.append(ServerConfig(peer.name, f"{peer.title} {peer.version} (PyPI), {threads} threads",
+                                    "onnxruntime", "peer", 1, threads))
     return configs
 
 

@@ -247,19 +247,30 @@ def full_load_usage(fig: Figures, audio_s: float = 3600.0,
 
 
 def bursty_day_usage(fig: Figures, audio_s: float = 7200.0, bursts: int = 8, day_s: float = DAY_S,
-                     audio_per_request_s: float = DEFAULT_AUDIO_PER_REQUEST_S) -> Usage:
-    """A day of ``bursts`` equal, equally spaced bursts; one instance kept alive all day.
+                     audio_per_request_s: float = DEFAULT_AUDIO_PER_REQUEST_S, policy: Policy = "always-on",
+                     scale_to_zero_after_s: float | None = None) -> Usage:
+    """A day of ``bursts`` equal, equally spaced bursts on one instance.
 
     Each period is a burst at full throughput followed by idle until the next burst: warm-idle memory for
-    the quiet window, then released memory if the configuration has a lifecycle.
+    the quiet window, then released memory if the configuration has a lifecycle. Always-on keeps the instance
+    alive all day; scale-to-zero starts it for every burst (its cold start billed at warm memory, counted busy)
+    and keeps it ``scale_to_zero_after_s`` (default: the quiet window) after the burst.
     """
     busy = audio_s / bursts / fig.throughput_audio_s_per_s
     idle = day_s / bursts - busy
     if idle < 0:
         raise ValueError(f"{fig.name}: {audio_s} audio-s do not fit in {day_s} s on one instance")
-    used = bursts * (busy * fig.warm_memory_mb + idle_memory_mb_s(fig, 0.0, idle))
-    return Usage(day_s, bursts * busy, used, bursts * busy * fig.warm_memory_mb,
-                 audio_s / audio_per_request_s, audio_s, fig.vcpus, fig.configured_mb)
+    requests = audio_s / audio_per_request_s
+    if policy == "always-on":
+        used = bursts * (busy * fig.warm_memory_mb + idle_memory_mb_s(fig, 0.0, idle))
+        return Usage(day_s, bursts * busy, used, bursts * busy * fig.warm_memory_mb, requests, audio_s, fig.vcpus,
+                     fig.configured_mb)
+    after = fig.quiet_window_s if scale_to_zero_after_s is None else scale_to_zero_after_s
+    stay = min(max(0.0, after), max(0.0, idle - fig.cold_start_s))
+    working = fig.cold_start_s + busy
+    used = bursts * (working * fig.warm_memory_mb + idle_memory_mb_s(fig, 0.0, stay))
+    return Usage(bursts * (working + stay), bursts * working, used, bursts * working * fig.warm_memory_mb, requests,
+                 audio_s, fig.vcpus, fig.configured_mb)
 
 
 @dataclass(frozen=True)

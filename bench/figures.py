@@ -54,7 +54,9 @@ def summarize(name: str, record: Mapping[str, Any], results: Mapping[str, Any]) 
     levels = [lv for lv in record.get("levels", []) if finite(lv.get("throughput"))]
     full = max(levels, key=lambda lv: lv["throughput"]) if levels else {}
     memory_load = {m["clients"]: m for m in record.get("memory_load", [])}
-    check = results.get("checks", {}).get("configs", {}).get(name, {})
+    found = results.get("checks", {})
+    # The foreign instance and the peers are checked on what they served (`bench.peers.check_takes`).
+    check = found.get("configs", {}).get(name) or found.get("served", {}).get(name) or {}
     out: dict[str, Any] = {
         "name": name,
         "kind": record["config"]["kind"],
@@ -98,9 +100,17 @@ def summarize(name: str, record: Mapping[str, Any], results: Mapping[str, Any]) 
             "growth_span": span,
             "growth_pct": 100.0 * ((_median(tail) or 0.0) - (_median(head) or 0.0)) / (_median(head) or math.nan),
         }
-    usable = (out["checks_passed"] and finite(out["full_load_efficiency"]) and out["full_load_efficiency"] > 0
-              and finite(out["full_load_throughput"]) and out["full_load_throughput"] > 0)
-    out["usable"] = usable
+    idle = record.get("idle", {})
+    if not cycles and idle.get("released"):
+        # A lifecycle without release cycles (the foreign instance): what it held at the end of the idle period,
+        # after its quiet window.
+        out["release"] = {"released_median_mb": idle.get("end_mb"), "first_audio_median": None, "from_idle": True}
+    measured = (finite(out["full_load_efficiency"]) and out["full_load_efficiency"] > 0
+                and finite(out["full_load_throughput"]) and out["full_load_throughput"] > 0)
+    out["usable"] = bool(out["checks_passed"] and measured)
+    # Another server (or this one untuned) is priced on what it measured, whatever its check of whole responses
+    # says: the check is reported beside it, and such a server is not ranked with this one's configurations.
+    out["priced"] = bool(measured and (out["usable"] or out["kind"] in ("foreign", "peer")))
     return out
 
 
@@ -109,13 +119,13 @@ def _cold(results: Mapping[str, Any], label: str) -> list[float]:
 
 
 def to_figures(summary: Mapping[str, Any], results: Mapping[str, Any]) -> cost.Figures | None:
-    """The `bench.cost.Figures` of a usable configuration (None for one that failed)."""
-    if not summary["usable"]:
+    """The `bench.cost.Figures` of a priced configuration (None for one that failed)."""
+    if not summary.get("priced", summary["usable"]):
         return None
     options = results["run"]["options"]
     release = summary.get("release")
     lifecycle = release is not None
-    cold = _median(_cold(results, "with_cache")) if lifecycle else None
+    cold = _median(_cold(results, "with_cache")) if release is not None and not release.get("from_idle") else None
     warm = summary["warm_memory_mb"] or summary["peak_memory_mb"]
     peak = max(summary["peak_memory_mb"] or 0.0, warm or 0.0)
     notes = (f"Measured by python -m bench run ({results['run']['id']}): efficiency and throughput at "
@@ -136,7 +146,7 @@ def to_figures(summary: Mapping[str, Any], results: Mapping[str, Any]) -> cost.F
         peak_memory_mb=float(peak),
         quiet_window_s=float(options["quiet_window_s"]) if lifecycle else 0.0,
         cold_start_s=float(cold if cold is not None else (summary["cold_start_s"] or 0.0)),
-        restore_s=float(release["first_audio_median"]) if release else None,
+        restore_s=float(release["first_audio_median"]) if release and release.get("first_audio_median") else None,
         notes=notes,
     )
 
@@ -144,6 +154,8 @@ def to_figures(summary: Mapping[str, Any], results: Mapping[str, Any]) -> cost.F
 def cost_table(figs: Sequence[cost.Figures]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
     """preset -> configuration -> memory model -> {per_audio_hour, day_total, day_cpu, day_memory}."""
     table: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    # Scale-to-zero keeps every instance as long as the longest quiet window (as `bench.audit` does).
+    after = max((fig.quiet_window_s for fig in figs), default=0.0)
     for preset in PRESETS:
         base = cost.PRESETS[preset]
         table[preset] = {}
@@ -153,8 +165,10 @@ def cost_table(figs: Sequence[cost.Figures]) -> dict[str, dict[str, dict[str, di
                 billing = base.with_memory(memory)
                 hour = cost.bill(cost.full_load_usage(fig), billing)
                 day = cost.bill(cost.bursty_day_usage(fig), billing)
+                zero = cost.bill(cost.bursty_day_usage(fig, policy="scale-to-zero", scale_to_zero_after_s=after),
+                                 billing)
                 row[memory] = {"per_audio_hour": hour.total, "day_total": day.total, "day_cpu": day.cpu,
-                               "day_memory": day.memory}
+                               "day_memory": day.memory, "day_total_scale_to_zero": zero.total}
             table[preset][fig.name] = row
     return table
 

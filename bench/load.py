@@ -43,8 +43,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 
 from bench import corpus as corpus_mod
+from bench.client import APIS, Api, request_for
 from lifecycle.proctree import cpu_seconds
 
 log = logging.getLogger("bench.load")
@@ -168,20 +170,23 @@ class _Level:
     open_since: dict[int, float] = dataclasses.field(default_factory=dict)
     """Per client, when its current production interval began (its last arrival or request)."""
     records: list[RequestRecord] = dataclasses.field(default_factory=list)
+    takes: dict[str, bytes] | None = None
+    """The first complete response per utterance, kept for the output check (`run_level`'s ``keep_takes``)."""
     cpu_start: float = math.nan
     cpu_end: float = math.nan
     t_cpu_start: float = math.nan
     t_cpu_end: float = math.nan
 
 
-async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence[corpus_mod.Utterance],
+async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence[corpus_mod.Utterance],
                   offset: int, level: _Level) -> None:
     position = offset
     while True:
         utterance = items[position % len(items)]
         position += 1
-        body = {"model": "kokoro", "input": utterance.text, "voice": utterance.voice, "response_format": "pcm",
-                "speed": 1.0, "stream": True}
+        url, body = request_for(api, utterance.text, utterance.voice)
+        keep = level.takes is not None and utterance.id not in level.takes
+        kept: list[bytes] = []
         sent = time.monotonic()
         first: float | None = None
         received = 0
@@ -196,7 +201,7 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
             async with http.stream("POST", url, json=body) as response:
                 status = response.status_code
                 if status != 200:
-                    error = (await response.aread()).decode(errors="replace")[:200]
+                    error = f"HTTP {status}: " + (await response.aread()).decode(errors="replace")[:200]
                 else:
                     async for part in response.aiter_raw():
                         now = time.monotonic()
@@ -205,6 +210,8 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
                         received += len(part)
                         if part:
                             parts.append((now, len(part)))
+                            if keep:
+                                kept.append(part)
                         if last is not None and now - level.arrivals[last][1] < COALESCE_S:
                             # The rest of the same chunk, split by the transport: it was made in the same
                             # interval as its first bytes, not in the milliseconds since they arrived.
@@ -219,6 +226,8 @@ async def _client(http: httpx.AsyncClient, url: str, index: int, items: Sequence
                     done = time.monotonic()
                     if done >= level.window_end:
                         level.closed.add(index)
+                    if keep and level.takes is not None:
+                        level.takes.setdefault(utterance.id, b"".join(kept))
         except asyncio.CancelledError:
             level.records.append(RequestRecord(index, utterance.id, sent - level.start,
                                                None if first is None else first - level.start, None, received,
@@ -255,14 +264,17 @@ async def _progress(clients: int, level: _Level) -> None:
 
 
 async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod.Utterance], ramp_s: float,
-                    window_s: float, drain_s: float = 8.0, timeout_s: float = 300.0) -> LevelResult:
-    """Drive ``clients`` closed-loop clients against ``url``/v1/audio/speech for ramp + window."""
+                    window_s: float, drain_s: float = 8.0, timeout_s: float = 300.0, api: Api = "openai",
+                    keep_takes: dict[str, bytes] | None = None) -> LevelResult:
+    """Drive ``clients`` closed-loop clients against ``url`` for ramp + window, streamed PCM asked for as ``api``
+    says (`bench.client.request_for`). With ``keep_takes``, the first complete response to each utterance goes
+    into it (the output check of a server whose chunks are not the model's: `bench.peers`)."""
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.monotonic()
-    level = _Level(start=start, window_start=start + ramp_s, window_end=start + ramp_s + window_s)
+    level = _Level(start=start, window_start=start + ramp_s, window_end=start + ramp_s + window_s, takes=keep_takes)
     limits = httpx.Limits(max_connections=clients + 2, max_keepalive_connections=clients + 2)
     async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(timeout_s), limits=limits) as http:
-        tasks = [asyncio.create_task(_client(http, "/v1/audio/speech", i, items, i * len(items) // clients, level))
+        tasks = [asyncio.create_task(_client(http, api, i, items, i * len(items) // clients, level))
                  for i in range(clients)]
         progress = asyncio.create_task(_progress(clients, level))
         await _edges(pid, level)
@@ -330,14 +342,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=corpus_mod.DEFAULT)
     parser.add_argument("--items", default="", help="comma-separated utterance ids (default: all)")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the LevelResult")
+    parser.add_argument("--voice", default="", help="every utterance in this voice (default: the corpus's)")
+    parser.add_argument("--api", choices=APIS, default="openai", help="how the server is asked (bench/client.py)")
+    parser.add_argument("--takes", type=Path, help="NPZ for the first complete response to each utterance (int16)")
     args = parser.parse_args(argv)
     corpus = corpus_mod.load(args.corpus)
     if args.items:
         corpus = corpus.subset(args.items.split(","))
+    corpus = corpus.with_voice(args.voice)
+    takes: dict[str, bytes] | None = {} if args.takes else None
     result = asyncio.run(run_level(args.url, args.pid, args.clients, corpus.utterances, args.ramp_s, args.window_s,
-                                   args.drain_s))
+                                   args.drain_s, api=args.api, keep_takes=takes))
     args.out.write_text(json.dumps(dataclasses.asdict(result), indent=1) + "\n")
+    if args.takes and takes is not None:
+        write_takes(args.takes, takes)
     return 0
+
+
+def write_takes(path: Path, takes: dict[str, bytes]) -> None:
+    """Responses as 16-bit PCM arrays, one per utterance id (an odd trailing byte, never sent whole, dropped)."""
+    arrays = {k: np.frombuffer(v[: len(v) // 2 * 2], dtype="<i2") for k, v in takes.items()}
+    np.savez_compressed(path, **arrays)  # type: ignore[arg-type]  # numpy's stub types **kwds badly
+
+
+def read_takes(path: Path) -> dict[str, npt.NDArray[np.float32]]:
+    """`write_takes`' responses as float audio in [-1, 1)."""
+    with np.load(path) as archive:
+        return {k: archive[k].astype(np.float32) / 32768.0 for k in archive.files}
 
 
 if __name__ == "__main__":

@@ -87,16 +87,21 @@ def daily_bill(path: Path, derived: Mapping[str, Any]) -> None:
     """The bursty day's bill per configuration, both memory models, one panel per rates preset."""
     fig, *axes = _pair()
     table = derived.get("cost", {})
-    width = 0.38
+    series = [(key, policy, memory) for key, policy in (("day_total", "always-on"),
+                                                          ("day_total_scale_to_zero", "scale-to-zero"))
+              for memory in MEMORY_MODELS]
+    width = 0.8 / len(series)
     for ax, preset in zip(axes, PRESETS, strict=True):
         rows = table.get(preset, {})
         names = list(rows)
-        for i, memory in enumerate(MEMORY_MODELS):
-            xs = [k + (i - 0.5) * width for k in range(len(names))]
-            ax.bar(xs, [rows[n][memory]["day_total"] for n in names], width, label=f"memory {memory}")
+        for i, (key, policy, memory) in enumerate(series):
+            xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(names))]
+            # Runs from before scale-to-zero was priced have no such figure: 0 (no bar).
+            ax.bar(xs, [rows[n][memory].get(key, 0.0) for n in names], width, label=f"{policy}, memory {memory}",
+                   hatch="//" if policy == "scale-to-zero" else None)
         ax.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=8)
         ax.set_ylabel("dollars per day")
-        ax.set_title(f"Bursty day (2 audio-hours in 8 bursts), {preset} rates")
+        ax.set_title(f"Bursty day (2 audio-hours in 8 bursts), {preset} rates", fontsize=9)
         ax.legend(fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import checks
+from bench import checks, peers
 from bench import cost as cost_mod
 from bench.figures import MEMORY_MODELS, PRESETS, finite
 
@@ -223,18 +223,21 @@ def _cost(derived: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "instance-based billing: peak rounded up to 512 MiB) for the whole life. CPU is billed as the allocated "
         "vCPUs for the whole life in both. Releasing memory lowers only the metered bill. Cost per audio-hour: one "
         "instance busy at its highest measured throughput. Bursty day: 24 h, 2 audio-hours of demand in 8 equal "
-        "bursts, the instance kept alive between bursts (bench/cost.py).", ""]
+        "bursts, the instance kept alive between bursts, or (scale-to-zero) started for each burst with its own "
+        "measured cold start and kept as long as the longest quiet window (bench/cost.py).", ""]
     for preset in PRESETS:
         rates = cost_mod.PRESETS[preset].rates
         rows = []
         for name, row in table.get(preset, {}).items():
             rows.append([f"`{name}`", *[_usd(row[m]["per_audio_hour"]) for m in MEMORY_MODELS],
                          *[_usd(row[m]["day_total"]) for m in MEMORY_MODELS],
+                         *[_usd(row[m].get("day_total_scale_to_zero")) for m in MEMORY_MODELS],
                          _usd(row["metered"]["day_memory"]), _usd(row["configured"]["day_memory"])])
         parts += [f"### {preset} rates ({rates.source}: ${rates.cpu_per_vcpu_s:.6g} per vCPU-s, "
                   f"${rates.memory_per_gb_s:.6g} per GiB-s)", "",
                   _table(["configuration", "per audio-hour, metered", "per audio-hour, configured",
-                          "bursty day, metered", "bursty day, configured", "day's memory, metered",
+                          "bursty day, metered", "bursty day, configured", "scale-to-zero, metered",
+                          "scale-to-zero, configured", "day's memory, metered",
                           "day's memory, configured"], rows), ""]
         if preset in audits:
             parts += [f"Full cost audit with these rates (traces, scale-to-zero): [{audits[preset]}]"
@@ -406,6 +409,7 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "## Memory", "", _memory(results), "", "![memory over idle time](memory_idle.png)", "",
         "## Cold start and the released state", "", _lifecycle(results, derived), "",
         "## Output checks", "", _checks(results), "",
+        *(["## The peers and the foreign instance", "", section, ""] if (section := peers.section(results)) else []),
         "## The container image", "", _container(), "",
         "## Cost", "", _cost(derived, audits), "",
         "## Method", "", _method(results), "",

@@ -40,7 +40,8 @@ from app.forms import modelfile
 from app.sizing import read_budget
 from app.tune.manifest import DIRECTORY as TUNING_DIRECTORY
 from app.tune.manifest import Manifest
-from bench import checks, client, figures, inprocess, load, machine, plots, report, variant
+from app.voices import EMBEDDED as VOICES
+from bench import checks, client, figures, inprocess, load, machine, peers, plots, report, variant
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, parse_pool, select
 from bench.meter import MB, Reading, Sampler, files_under
@@ -97,6 +98,9 @@ class Options:
     pool: str = ""
     """``SxT``: the pool shape that stands in for the sizing rule's (the sized and complete configurations); empty: the
     rule's, from this machine's CPU budget."""
+    voice: str = ""
+    """Every utterance in this voice (a comparison with the peers speaks one voice they all offer); empty: the
+    corpus's own."""
 
     @property
     def serves_tuned(self) -> bool:
@@ -152,10 +156,15 @@ class Run:
         self.inprocess_cache = self.work / "inprocess-cache"
         self.admin_token = secrets.token_hex(16)
         corpus = corpus_mod.load(options.corpus)
-        self.corpus = corpus.subset(options.items) if options.items else corpus
+        self.corpus = (corpus.subset(options.items) if options.items else corpus).with_voice(options.voice)
+        self.takes_dir = self.work / "takes"
+        """The first complete response to each utterance per configuration and load level (`bench.peers`)."""
+        self.installed: dict[str, peers.Installed] = {}
         self.budget = read_budget()
         every = all_configs(self.budget, parse_pool(options.pool) if options.pool else None)
-        self.configs = select(every, options.configs) if options.configs else every
+        # Named only: the foreign instance and the peers (installed from PyPI) are not among the default's.
+        self.configs = select(every, options.configs) if options.configs else [
+            c for c in every if c.kind not in ("foreign", "peer")]
         self.short = self.corpus.shortest()
         self.model = Path()
         self.results: dict[str, Any] = {}
@@ -170,7 +179,8 @@ class Run:
         o.out.mkdir(parents=True, exist_ok=True)
         if self.work.exists():
             shutil.rmtree(self.work)
-        for folder in (self.logs, self.audio_dir, self.server_cache, self.inprocess_cache, o.out / "levels"):
+        for folder in (self.logs, self.audio_dir, self.server_cache, self.inprocess_cache, self.takes_dir,
+                       o.out / "levels"):
             folder.mkdir(parents=True, exist_ok=True)
         self.model = modelfile.assemble(o.cache_dir / "models")
         has_complete = any(c.kind == "complete" for c in self.configs)
@@ -194,6 +204,7 @@ class Run:
         }
         if has_complete and o.serves_tuned:
             self._tune()
+        self._install_peers()
         jobs = self._plan_jobs()
         for index, config in enumerate(self.configs, 1):
             self.progress(f"[{index}/{len(self.configs)}] {config.name}: {config.title}")
@@ -232,6 +243,30 @@ class Run:
             title=f"Complete system (default settings): tuned {choice.name} + compile cache + lifecycle")
             if c.kind == "complete" else c for c in self.configs]
 
+    def _install_peers(self) -> None:
+        """Each peer from PyPI into its own virtual environment under the work folder; a peer that fails to install
+        is recorded and its configuration dropped."""
+        self.results["peers"] = {}
+        for config in [c for c in self.configs if c.peer]:
+            peer = peers.PEERS[config.name]
+            self.progress(f"installing {peer.requirement} into {self.work / 'peers' / peer.name}")
+            try:
+                installed = peers.install(peer, self.work / "peers", self.logs / f"install-{peer.name}.log")
+            except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+                self.progress(f"    {peer.name} FAILED to install: {exc}")
+                self.results["peers"][peer.name] = {"error": str(exc)}
+                self.configs = [c for c in self.configs if c.name != config.name]
+                continue
+            self.installed[peer.name] = installed
+            argv, env = peers.launch_spec(peer, installed.venv, model=self.model, voices=VOICES,
+                                          work=self.work / "peer-files" / peer.name, port=0,
+                                          threads=config.threads_per_stream)
+            self.results["peers"][peer.name] = {
+                "distribution": peer.distribution, "requirement": peer.requirement, "versions": installed.versions,
+                "api": peer.api, "threads": config.threads_per_stream, "settings_note": peer.settings_note,
+                "argv_shown": [Path(argv[0]).name, *argv[1:]], "env": env}
+            self.progress(f"    {', '.join(f'{k} {v}' for k, v in installed.versions.items())}")
+
     def _finish(self) -> None:
         write_outputs(self.o.out, self.results)
 
@@ -254,13 +289,15 @@ class Run:
         plan: dict[str, list[inprocess.Job]] = {}
         reference = next(c for c in self.configs if c.name == REFERENCE)
         plan[REFERENCE] = [self._job(REFERENCE, reference), self._job(RERUN, reference)]
-        hosts = [c for c in self.configs if c.kind != "complete"]
+        # Hosts are measured before the complete system; the foreign instance and the peers run no in-process job
+        # (they are checked on what they serve: `_checks`).
+        hosts = [c for c in self.configs if c.kind not in ("complete", "foreign", "peer")]
         if self.o.ceiling_1x1:
             one = ServerConfig(ONE_BY_ONE, "OpenVINO 1 stream x 1 thread", "openvino", "sized", 1, 1)
             host = next((c for c in hosts if c.name == "ort-sized"), hosts[-1])
             plan.setdefault(host.name, []).append(dataclasses.replace(self._job(ONE_BY_ONE, one), concurrency=1))
         for config in self.configs:
-            if config.name == REFERENCE:
+            if config.name == REFERENCE or config.kind in ("foreign", "peer"):
                 continue
             if config.kind == "complete":
                 # Before the complete server starts (its compile cache is then warm) and never during its own
@@ -302,7 +339,9 @@ class Run:
 
     def _settings(self, config: ServerConfig, **extra: str) -> dict[str, str]:
         env = config.env(quiet_window_s=self.o.quiet_window_s, max_requests=self.o.max_requests)
-        env.update({"TTS_MODEL_PATH": str(self.model), "TTS_CACHE_DIR": str(self.server_cache),
+        # The foreign instance starts from an empty cache of its own, as a new container does.
+        cache = self.work / "foreign-cache" if config.kind == "foreign" else self.server_cache
+        env.update({"TTS_MODEL_PATH": str(self.model), "TTS_CACHE_DIR": str(cache),
                     "TTS_ADMIN_TOKEN": self.admin_token, "TTS_LOG_LEVEL": "info"})
         env.update(extra)
         return env
@@ -311,19 +350,25 @@ class Run:
         return [self.model, *files_under(self.server_cache)]
 
     def _measure(self, config: ServerConfig, jobs: Sequence[inprocess.Job]) -> dict[str, Any]:
-        settings = self._settings(config)
+        if config.peer:
+            server = peers.server(config, self.installed[config.name], model=self.model, voices=VOICES,
+                                  work=self.work / "peer-files" / config.name,
+                                  log_path=self.logs / f"{config.name}.log")
+            settings = server.settings
+        else:
+            settings = self._settings(config)
+            server = Server(config, settings, self.logs / f"{config.name}.log")
         record: dict[str, Any] = {"config": dataclasses.asdict(config) | {"shape": config.shape},
                                   "settings": {k: v for k, v in settings.items() if k != "TTS_ADMIN_TOKEN"},
                                   "errors": [], "levels": [], "inprocess_jobs": [j.name for j in jobs]}
         evict(self._model_files())
-        server = Server(config, settings, self.logs / f"{config.name}.log")
         try:
             server.start()
             record["memory_source"] = server.meter.source
             record["start"] = self._first_request(server)
             self.progress(f"    cold start to first audio {record['start']['cold_start_s']:.2f} s "
                           f"(ready {record['start']['ready_s']:.2f} s)")
-            record["info"] = client.get_json(server.url, "/v1/info")
+            record["info"] = {} if config.peer else client.get_json(server.url, "/v1/info")
             record["levels"] = [self._level(server, config, clients) for clients in self.o.clients]
             record["memory_load"] = [lv.pop("_memory") for lv in record["levels"]]
             record["idle"] = self._idle(server, config, jobs, record)
@@ -346,8 +391,10 @@ class Run:
     def _first_request(self, server: Server) -> dict[str, Any]:
         ready = server.wait_ready()
         sent = time.perf_counter()
-        speech = client.speak(server.url, self.short.text, self.short.voice)
-        server.wait_primary()  # everything after measures the configuration, not the bridge in front of it
+        peer = peers.PEERS.get(server.config.name) if server.config.peer else None
+        speech = client.speak(server.url, self.short.text, self.short.voice, api=peer.api if peer else "openai")
+        if peer is None:
+            server.wait_primary()  # everything after measures the configuration, not the bridge in front of it
         return {"ready_s": ready, "cold_start_s": sent - server.spawned_at + speech.first_audio_s,
                 "first_request_first_audio_s": speech.first_audio_s, "audio_s": speech.audio_s}
 
@@ -357,6 +404,8 @@ class Run:
         Clients hang up at the end of a window, but the server finishes the chunk it is synthesizing for each of
         them first: idle time and the next level start only once that work is done.
         """
+        if server.config.peer:
+            return peers.quiesce(server.pid, timeout_s=timeout_s)
         started = time.monotonic()
         while client.get_json(server.url, "/v1/lifecycle").get("in_flight", 0) and \
                 time.monotonic() - started < timeout_s:
@@ -369,7 +418,10 @@ class Run:
         path = o.out / "levels" / f"{config.name}-c{clients}.json"
         argv = [sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
                 str(clients), "--ramp-s", str(o.ramp_s), "--window-s", str(o.window_s), "--drain-s", str(o.drain_s),
-                "--corpus", str(o.corpus), "--out", str(path)]
+                "--corpus", str(o.corpus), "--out", str(path), "--voice", o.voice,
+                "--takes", str(self.takes_dir / f"{config.name}-c{clients}.npz")]
+        if config.peer:
+            argv += ["--api", peers.PEERS[config.name].api]
         if o.items:
             argv += ["--items", ",".join(o.items)]
         self.progress(f"    {clients} clients: {o.ramp_s:g} s ramp + {o.window_s:g} s window")
@@ -400,7 +452,7 @@ class Run:
             self.results["inprocess"].update(self._run_jobs(jobs))
             time.sleep(max(0.0, t0 + o.idle_s - time.monotonic()))
             readings = [r for r in sampler.stop() if r.t <= t0 + o.idle_s + interval / 2]
-        snapshot = client.get_json(server.url, "/v1/lifecycle")
+        snapshot = {} if config.peer else client.get_json(server.url, "/v1/lifecycle")
         series = [_reading(r, t0) for r in readings]
         out: dict[str, Any] = {"interval_s": interval, "series": series, "lifecycle": snapshot,
                                "waited_for_in_flight_s": waited}
@@ -486,7 +538,7 @@ class Run:
         _, reference = inprocess.read(reference_path)
         out: dict[str, Any] = {"reference": REFERENCE, "thresholds": dataclasses.asdict(checks.THRESHOLDS),
                                "configs": {}}
-        names = [RERUN] + [c.name for c in self.configs if c.name != REFERENCE]
+        names = [RERUN] + [c.name for c in self.configs if c.name != REFERENCE and c.kind not in ("foreign", "peer")]
         if (self.audio_dir / ONE_BY_ONE).with_suffix(".json").is_file():
             names.append(ONE_BY_ONE)
         for name in names:
@@ -500,8 +552,35 @@ class Run:
                 dataclasses.asdict(c) | {"sample_diff": c.sample_diff} for c in chunk_checks]}
         # The reference configuration is checked by its own rerun: run-to-run agreement.
         out["configs"][REFERENCE] = dict(out["configs"][RERUN]) | {"name": REFERENCE}
+        out["served"] = self._served_checks()
         self.progress("    output checks: " + ", ".join(
             f"{n} {'pass' if v.get('passed') else 'FAIL'}" for n, v in out["configs"].items() if n != RERUN))
+        return out
+
+
+    def _takes(self, name: str) -> dict[str, Any]:
+        """The first complete response to each utterance over a configuration's load levels, fewest clients first."""
+        found: dict[str, Any] = {}
+        for clients in self.o.clients:
+            path = self.takes_dir / f"{name}-c{clients}.npz"
+            if path.is_file():
+                for key, audio in load.read_takes(path).items():
+                    found.setdefault(key, audio)
+        return found
+
+    def _served_checks(self) -> dict[str, Any]:
+        """The foreign instance and the peers against the tuned server, on what each served (`bench.peers`)."""
+        served = [c.name for c in self.configs if c.kind in ("foreign", "peer")]
+        if not served:
+            return {}
+        reference = self._takes("complete")
+        if not reference:
+            return {name: {"name": name, "passed": False, "error": "the complete system served nothing to compare"}
+                    for name in served}
+        out = {name: peers.check_takes(name, "complete", reference, self._takes(name)) for name in served}
+        self.progress("    served checks: " + ", ".join(
+            f"{n} {'pass' if v.get('passed') else 'FAIL'} ({v.get('utterances', 0)} utterances)"
+            for n, v in out.items()))
         return out
 
 

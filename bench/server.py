@@ -51,25 +51,28 @@ def environment(settings: Mapping[str, str], port: int) -> dict[str, str]:
 
 
 def launch(settings: Mapping[str, str], port: int, log_path: Path, *, module: str = "app",
-           prefix: Sequence[str] = (), cwd: Path | None = None, new_session: bool = False) -> subprocess.Popen[bytes]:
-    """``python -m module`` (after ``prefix``: a cgroup or namespace wrapper that execs it, keeping the pid)
-    listening on 127.0.0.1:``port``, its output appended to ``log_path``; does not wait."""
+           prefix: Sequence[str] = (), cwd: Path | None = None, new_session: bool = False,
+           argv: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``python -m module`` (or ``argv``: another server, `bench.peers`), after ``prefix`` (a cgroup or namespace
+    wrapper that execs it, keeping the pid), listening on 127.0.0.1:``port``, its output appended to ``log_path``;
+    does not wait."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = list(argv) or [sys.executable, "-m", module]
     with open(log_path, "ab") as sink:
-        return subprocess.Popen([*prefix, sys.executable, "-m", module], env=environment(settings, port), cwd=cwd,
+        return subprocess.Popen([*prefix, *command], env=environment(settings, port), cwd=cwd,
                                 stdout=sink, stderr=subprocess.STDOUT, start_new_session=new_session)
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], log_path: Path, *, timeout_s: float = 300.0,
-               poll_s: float = 0.02, label: str = "server") -> None:
-    """Poll ``/readyz`` until 200. Fails fast, with the log's tail, if the process exits or the time runs out."""
+               poll_s: float = 0.02, label: str = "server", path: str = "/readyz") -> None:
+    """Poll ``path`` until 200. Fails fast, with the log's tail, if the process exits or the time runs out."""
     deadline = time.monotonic() + timeout_s
     with httpx.Client(timeout=2.0) as http:
         while True:
             if process.poll() is not None:
                 raise ServerFailed(f"{label} exited with {process.returncode} during start-up; {_tail(log_path)}")
             try:
-                if http.get(url + "/readyz").status_code == 200:
+                if http.get(url + path).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass  # not listening yet: the model loads before the socket opens
@@ -140,6 +143,10 @@ class Server:
         self._process: subprocess.Popen[bytes] | None = None
         self.spawned_at = 0.0
         """``time.perf_counter()`` just before the process was spawned."""
+        self.argv: list[str] = []
+        """The command of another server (`bench.peers`); empty: ``python -m app`` (or `bench.variant`)."""
+        self.ready_path = "/readyz"
+        """What answers 200 once the server serves."""
 
     @property
     def pid(self) -> int:
@@ -156,14 +163,16 @@ class Server:
             self.meter = self._cgroup
         self.spawned_at = time.perf_counter()
         self._process = launch({**self.settings, "TTS_SHUTDOWN_GRACE_S": "2"}, self.port, self.log_path,
-                               module=variant.module_for(self.settings), prefix=prefix, new_session=True, cwd=self.cwd)
+                               module=variant.module_for(self.settings), prefix=prefix, new_session=True, cwd=self.cwd,
+                               argv=self.argv)
         self.meter.pid = self._process.pid
 
     def wait_ready(self, timeout_s: float = 300.0, poll_s: float = 0.02) -> float:
         """Poll ``/readyz`` until 200; returns seconds since spawn. Fails fast if the process exits."""
         if self._process is None:
             raise ServerFailed(f"{self.label} was not started")
-        wait_ready(self.url, self._process, self.log_path, timeout_s=timeout_s, poll_s=poll_s, label=self.label)
+        wait_ready(self.url, self._process, self.log_path, timeout_s=timeout_s, poll_s=poll_s, label=self.label,
+                   path=self.ready_path)
         return time.perf_counter() - self.spawned_at
 
     def wait_primary(self, timeout_s: float = 300.0, poll_s: float = 0.25) -> float:

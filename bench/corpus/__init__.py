@@ -7,6 +7,7 @@ file with the same fields is accepted (``python -m bench run --corpus FILE``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -53,6 +54,13 @@ class Corpus:
             raise ValueError(f"corpus {self.name} has no utterance {sorted(unknown)}")
         kept = tuple(u for u in self.utterances if u.id in wanted)
         return Corpus(self.name + "-subset", self.version, kept, self.sha256, self.path)
+
+    def with_voice(self, voice: str) -> Corpus:
+        """The same texts, every one in ``voice`` (a peer comparison speaks one voice that every server offers)."""
+        if not voice:
+            return self
+        kept = tuple(dataclasses.replace(u, voice=voice) for u in self.utterances)
+        return Corpus(f"{self.name}-{voice}", self.version, kept, self.sha256, self.path)
 
     def shortest(self) -> Utterance:
         """The short request used for cold starts and first audio after a release."""

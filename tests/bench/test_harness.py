@@ -45,10 +45,11 @@ def test_the_grid_on_two_and_sixteen_cores() -> None:
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     assert configs.grid(two) == [(2, 1), (1, 2)]
     names = [c.name for c in configs.all_configs(two)]
-    assert names == ["ort-defaults", "ort-sized", "ov-defaults", "ov-sized-2x1", "ov-sized-1x2", "complete"]
+    assert names == ["ort-defaults", "ort-sized", "ov-defaults", "ov-sized-2x1", "ov-sized-1x2", "complete", "foreign",
+                     "fastkokoro", "kokoro-pi"]
     sixteen = CpuBudget(host_logical=32, host_physical=16, affinity=32, quota=16.0)
     assert configs.grid(sixteen) == [(8, 1), (4, 2), (2, 4)]
-    complete = configs.all_configs(sixteen)[-1]
+    complete = next(c for c in configs.all_configs(sixteen) if c.name == "complete")
     assert (complete.streams, complete.threads_per_stream, complete.compile_cache, complete.lifecycle) == (
         4, 2, True, True)
 
@@ -86,9 +87,11 @@ def test_a_run_cut_short_before_its_checks_says_so() -> None:
 
 def test_only_the_complete_system_has_cache_and_lifecycle_and_only_it_runs_as_the_server_does() -> None:
     """The baselines run the model otherwise (`bench.variant`, never through a setting): every variable the harness
-    sets is a setting the server reads."""
+    sets is a setting the server reads. (The foreign instance and the peers: tests/bench/test_peers.py.)"""
     two = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
     for config in configs.all_configs(two):
+        if config.kind in ("foreign", "peer"):
+            continue
         env = config.env(quiet_window_s=45.0, max_requests=32)
         assert env["TTS_QUIET_WINDOW_S"] == ("45.0" if config.kind == "complete" else "0")
         options = variant.decode(env)
