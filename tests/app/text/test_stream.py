@@ -1,0 +1,62 @@
+"""Streamed text cut into segments: at natural boundaries, the first clause at once, the same cuts however the text
+is split into pieces."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.text.stream import CLAUSE_AFTER, MAX_SEGMENT, TextStream
+
+REPLY = ("Sure, I can help with that. Your order shipped on Monday; it should arrive by Thursday! "
+         "Is there anything else — a return, perhaps? Version 3.5 is out.")
+
+
+def segments(pieces: list[str], flush: bool = True) -> list[tuple[str, int]]:
+    stream = TextStream()
+    out: list[tuple[str, int]] = []
+    for piece in pieces:
+        start = stream.index
+        out += [(s, start + k) for k, s in enumerate(stream.feed(piece))]
+    if flush:
+        start = stream.index
+        out += [(s, start + k) for k, s in enumerate(stream.flush())]
+    return out
+
+
+def test_the_first_clause_then_sentences() -> None:
+    assert [s for s, _ in segments([REPLY])] == [
+        "Sure,", "I can help with that.", "Your order shipped on Monday; it should arrive by Thursday!",
+        "Is there anything else — a return, perhaps?", "Version 3.5 is out."]
+
+
+def test_a_boundary_needs_the_space_after_it() -> None:
+    stream = TextStream()
+    assert stream.feed("Version 3.") == []
+    assert stream.feed("5 is out, ") == ["Version 3.5 is out,"]
+    assert stream.feed("friends.") == []
+    assert stream.flush() == ["friends."] and stream.index == 0
+
+
+@given(st.lists(st.integers(min_value=1, max_value=len(REPLY) - 1), max_size=40))
+def test_where_pieces_break_never_moves_a_cut(cuts: list[int]) -> None:
+    edges = [0, *sorted(set(cuts)), len(REPLY)]
+    pieces = [REPLY[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    assert segments(pieces) == segments([REPLY])
+
+
+def test_a_sentence_that_runs_on_is_cut_at_a_clause_then_at_a_space() -> None:
+    clauses = "and then, " * 40
+    out = [s for s, _ in segments(["Well. ", clauses])]
+    assert out[0] == "Well." and all(len(s) <= MAX_SEGMENT for s in out)
+    assert CLAUSE_AFTER - 10 <= len(out[1]) <= CLAUSE_AFTER + 10
+    words = [s for s, _ in segments(["Hi. ", "word " * 200], flush=False)]
+    assert words[1:] and all(len(s) <= MAX_SEGMENT for s in words)
+
+
+def test_a_flush_starts_a_new_utterance() -> None:
+    stream = TextStream()
+    assert stream.feed("One, two. Three ") == ["One,", "two."]
+    assert stream.index == 2
+    assert stream.flush() == ["Three"] and stream.index == 0
+    assert stream.feed("Four, ") == ["Four,"]
