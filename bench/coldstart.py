@@ -8,7 +8,7 @@ round), so drift of this shared machine falls on all alike:
 - **a server start** (``python -m app`` with the compile cache and every other cache already on disk): spawn
   to ``/readyz`` 200, and spawn to the first audio byte of the same request sent the moment it is ready;
 - **released → first audio**: the admin release endpoint, then the same request, timed from sending it
-  (``--release-cycles`` per server run, each once the primary form serves again); ``--released-wait-s`` waits that
+  (``--release-cycles`` per server run); ``--released-wait-s`` waits that
   long after the release's answer before sending it (0: at once), as a released instance's next request comes
   later than that: the next inference process is still starting when the release answers.
 
@@ -19,7 +19,7 @@ admin token, the quiet window and the log level are passed. With a container var
 the first such image too (``podman run … python -`` with the script on its standard input, the image's model),
 alternating with the rest, so the container's figures have a yardstick that pays the same container start.
 
-One unrecorded run of each comes first, so every cache (compile cache, the bridge's optimized graph, the
+One unrecorded run of each comes first, so every cache (compile cache, ONNX Runtime's optimized graph, the
 lexicon tries, the page cache) is as a restarted instance on the same disk finds it. Writes ``results.json``
 and ``report.md`` into ``--out``.
 """
@@ -150,18 +150,6 @@ def _first_audio(http: httpx.Client, sent: float) -> tuple[float, int]:
     return first, received
 
 
-def _wait_primary(http: httpx.Client, timeout_s: float = 60.0) -> dict[str, Any]:
-    """``/v1/info`` once the primary form serves (not the bridge); returns it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        info: dict[str, Any] = http.get("/v1/info").json()
-        # (a checkout from before bridge_serving existed: its bridge served at restores only, named onnxruntime)
-        primary = not info.get("bridge_serving", info.get("active_backend") != info.get("backend"))
-        if primary or info.get("primary_error") or time.monotonic() > deadline:
-            return info
-        time.sleep(0.25)  # no faster: each poll costs the loading server CPU (and a log line)
-
-
 def _container_command(image: str, name: str, port: int) -> list[str]:
     """``podman run`` of ``image`` listening on 127.0.0.1:``port``, with this machine's CPUs as its limit."""
     passed = {"PORT": str(port), "TTS_ADMIN_TOKEN": TOKEN, "TTS_QUIET_WINDOW_S": "0", "TTS_LOG_LEVEL": "info"}
@@ -196,8 +184,8 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
             ready_s = _wait_ready(http, process, spawned, log_path)
             first_s, received = _first_audio(http, spawned)
             start_parts = http.get("/v1/lifecycle").json().get("last_restore_parts", {})
-            served_first = http.get("/v1/info").json().get("inferences_by_backend", {})
-            info = _wait_primary(http)
+            info = http.get("/v1/info").json()
+            served_first = info.get("inferences_by_backend", {})
             cycles = []
             for _ in range(release_cycles):
                 answer = http.post("/v1/lifecycle/release", headers={"Authorization": f"Bearer {TOKEN}"})
@@ -208,7 +196,6 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
                 released_s, _ = _first_audio(http, sent)
                 parts = http.get("/v1/lifecycle").json().get("last_restore_parts", {})
                 cycles.append({"first_audio_s": released_s, "parts": parts})
-                _wait_primary(http)
     finally:
         if container is not None:  # the podman client's end does not stop the container: stop it by name
             subprocess.run(["podman", "stop", "--time", "30", container], capture_output=True, timeout=90)

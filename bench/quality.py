@@ -24,7 +24,6 @@ import logging
 import os
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from app.voices import VoiceBank
 from bench import corpus as corpus_mod
 from bench import machine, transcript
 from bench.client import RequestFailed
-from bench.server import ServerFailed, free_port, launch, progress, terminate, wait_ready
+from bench.server import free_port, launch, progress, terminate, wait_ready
 
 RATE = 24_000
 SIDES = ("served", "inprocess")
@@ -166,8 +165,8 @@ def speak(url: str, text: str, target: Target) -> npt.NDArray[np.float32]:
 
 @contextmanager
 def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The server to measure (started here unless ``--url``) and its ``/v1/info`` once the primary form serves:
-    a server turns ready on its bridge form and would otherwise be measured on that."""
+    """The server to measure (started here unless ``--url``) and its ``/v1/info`` once it is ready (it serves the
+    form measured from its first request)."""
     if options.url:
         yield options.url.rstrip("/"), httpx.get(options.url.rstrip("/") + "/v1/info", timeout=10.0).json()
         return
@@ -179,12 +178,7 @@ def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, di
     process = launch(settings, port, log_path, new_session=True)
     try:
         wait_ready(url, process, log_path, label="quality server")
-        deadline = time.monotonic() + 300.0
-        while (info := httpx.get(url + "/v1/info", timeout=10.0).json()).get("bridge_serving", False):
-            if info.get("primary_error") or time.monotonic() > deadline:
-                raise ServerFailed(f"the primary form did not take over: {info.get('primary_error') or 'timed out'}")
-            time.sleep(0.25)
-        yield url, info
+        yield url, httpx.get(url + "/v1/info", timeout=10.0).json()
     finally:
         terminate(process)
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from app.runtime.spec import Options
@@ -41,11 +39,11 @@ def require(available: bool, reason: str, *, provided: bool = False) -> None:
 SPEECH_BACKEND = "onnxruntime"
 """The backend of the real-model tests whose subject is not the runtime (HTTP, formats, streaming, captions,
 faults in the pool, overload, security): a server on ONNX Runtime is serving after about 2.6 CPU-seconds (its
-saved optimized graph opens without a compile or a warm-up), one on OpenVINO after about 10 (the bridge, the
-cache import, a warm-up inference per stream), and the code under test above the runtime is the same. It is
-also what `python -m app tune` chose on the development CPU. OpenVINO, the untuned default, keeps the tests of
-what is its own: the compile cache and its faults, release and restore, the bridge's hand-over, the warm-up,
-the ahead-of-time build, the forms, the inference process, shape churn, and the container."""
+saved optimized graph opens without a compile or a warm-up), one on OpenVINO after more (the cache import, a
+warm-up inference per stream), and the code under test above the runtime is the same. It is also what
+``TTS_BACKEND=auto`` serves on every CPU class on record. OpenVINO (``TTS_BACKEND=openvino``) keeps the tests of
+what is its own: the compile cache and its faults, release and restore, the warm-up, the ahead-of-time build, the
+forms, the inference process, shape churn, and the container; determinism is tested on both."""
 
 
 @pytest.fixture(scope="session")
@@ -65,7 +63,7 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             logs = root / "tts-cache-logs"
             logs.mkdir(exist_ok=True)
             with live_server(cache, logs, backend="openvino", quiet_window_s="0"):
-                pass  # ready on the bridge (ONNX Runtime's graph saved), then primary (OpenVINO's blob compiled)
+                pass  # ready once OpenVINO's blob is compiled (and warmed)
             (cache / ".filled").touch()
     return cache
 
@@ -80,39 +78,17 @@ class LiveServer:
         return self.log_path.read_text(errors="replace")
 
 
-def until_primary(info: Callable[[], dict[str, Any]], timeout_s: float = 180.0, *,
-                  wake: Callable[[], object] | None = None) -> dict[str, Any]:
-    """Wait until the primary form serves (the server turns ready on the bridge and loads it behind: see
-    `app.runtime.local`), or its background load has failed; returns ``/v1/info`` then. Tests that compare
-    audio byte for byte, or inject faults into the primary, need it serving first.
-
-    Where nothing is loaded (``resolved`` is None and no bridge serves: the server released within its quiet
-    window before the primary took over, which a short window under the suite's load allows, or its inference
-    process ended), ``wake`` (a request) restores it and the wait goes on; without ``wake`` that state is
-    returned as it is, for the caller to read."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = info()
-        if found["primary_error"] or (found["resolved"] is not None and not found["bridge_serving"]):
-            return found
-        if found["resolved"] is None and not found["bridge_serving"]:
-            if wake is None:
-                return found
-            wake()
-        assert time.monotonic() < deadline, f"the primary never took over from the bridge: {found}"
-        time.sleep(0.05)
-
-
 @contextmanager
 def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tuple[str, ...] = (),
-                primary: bool = True, options: Options | None = None, **settings: str) -> Iterator[LiveServer]:
+                options: Options | None = None, primary: bool = True, **settings: str) -> Iterator[LiveServer]:
     """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
 
     ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
     interpreter (a command that sets up a namespace, then execs it, keeping the pid). Started and
-    awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`), then,
-    with ``primary``, until the primary form serves (`until_primary`). ``options``: run it as the benchmark runs a
-    baseline (`bench.variant`)."""
+    awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`): ready, its one
+    engine serves. ``options``: run it as the benchmark runs a baseline (`bench.variant`). ``primary`` is ignored
+    (it waited for the primary behind the ONNX Runtime bridge, which is gone): kept for the tests that still pass
+    it."""
     port = free_port()
     # The shipped defaults, but for what a test names: the same request gives the same audio at any load, so no
     # default needs turning off for a test to compare responses byte for byte.
@@ -125,11 +101,7 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     process = launch(env, port, log_path, module=module, prefix=prefix, cwd=ROOT)
     server = LiveServer(f"http://127.0.0.1:{port}", process, log_path)
     try:
-        wait_ready(server.url, process, log_path, timeout_s=120, poll_s=0.1)
-        if primary:
-            key = settings.get("api_key")
-            headers = {"Authorization": f"Bearer {key}"} if key else {}
-            until_primary(lambda: httpx.get(f"{server.url}/v1/info", headers=headers, timeout=10).json())
+        wait_ready(server.url, process, log_path, timeout_s=180, poll_s=0.1)
         yield server
     finally:
         stop(process)

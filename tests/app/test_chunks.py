@@ -45,7 +45,7 @@ class TimedRuntime(FakeRuntime):
 def _engine(per_token_s: float = 0.0005, *, slots: int = 1) -> tuple[Engine, TimedRuntime]:
     """The engine on the server's own pool constants."""
     runtime = TimedRuntime(per_token_s, slots)
-    runtime.load_primary()
+    runtime.load()
     pool = StreamPool(slots, max_requests=slots + 16, margin_s=DEADLINE_MARGIN_S, first_credit_s=FIRST_CHUNK_CREDIT_S,
                       realtime_factor=REALTIME_FACTOR, max_hold_s=REALTIME_MAX_HOLD_S)
     engine = Engine(runtime, pool, FakeFrontend(), VoiceBank.load(None), Vocab.embedded(),  # type: ignore[arg-type]

@@ -1,8 +1,12 @@
-"""Speech is a function of the request: on a real server (ONNX Runtime, the real model) the same request gives the
-same bytes alone, under load, streamed or whole, and after a release and restore.
+"""Speech is a function of the request: on a real server with the real model the same request gives the same bytes as
+the first request after its start, alone, under load, streamed or whole, and after a release and restore; under
+either engine the server can serve, ONNX Runtime (what ``TTS_BACKEND=auto`` serves on every CPU class on record) and
+OpenVINO (``TTS_BACKEND=openvino``, or where a local tuning picks it). One engine serves an instance from its first
+request to its last: nothing in front of it while it loads.
 
-The server runs the shipped defaults: nothing is turned off to make the answer stable. Chunk boundaries depend on
-the text alone (tests/app/test_chunks.py tests that fast, on a fake runtime); this is the real thing end to end.
+The server runs the shipped defaults but for the backend: nothing is turned off to make the answer stable. Chunk
+boundaries depend on the text alone (tests/app/test_chunks.py tests that fast, on a fake runtime); this is the real
+thing end to end.
 """
 
 from __future__ import annotations
@@ -25,10 +29,14 @@ OTHERS = ("A different request, to keep the streams busy.",
           "Another one, longer, with its own chunks to schedule between the others, as a busy server would.")
 
 
-@pytest.fixture(scope="module")
-def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), backend=SPEECH_BACKEND, quiet_window_s="0",
+@pytest.fixture(scope="module", params=[SPEECH_BACKEND, "openvino"])
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+           request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    """One server per backend, shared by the module's tests (pytest runs them all on one before it starts the
+    next)."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), backend=request.param, quiet_window_s="0",
                      admin_token="admin-secret") as s:
+        assert info(s)["active_backend"] == request.param
         yield s
 
 
@@ -59,7 +67,7 @@ def inference_processes(server: LiveServer) -> set[int]:
 
 @pytest.fixture(scope="module")
 def alone(server: LiveServer) -> bytes:
-    """The request alone on an idle pool, streamed: the reference."""
+    """The first request after the server's start, alone on an idle pool, streamed: the reference."""
     audio = speak(server)
     assert len(audio) > 2 * 24000 * 5  # several seconds: several chunks
     return audio
@@ -111,7 +119,7 @@ def test_after_a_release_and_restore_the_same_request_gives_the_same_bytes(serve
     restored = inference_processes(server)
     assert restored and not restored & warm
     found = info(server)
-    assert found["bridge_serving"] is False and set(found["inferences_by_backend"]) == {"onnxruntime"}  # type: ignore[arg-type]
+    assert set(found["inferences_by_backend"]) == {found["active_backend"]}  # type: ignore[arg-type]  # only ever one
     # Released again, then a burst into the restore: every one the same bytes.
     assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True
     with concurrent.futures.ThreadPoolExecutor(3) as pool:

@@ -1,12 +1,10 @@
-"""Every OpenVINO stream runs one inference after each load, before it serves: at start without a bridge,
-at a restore without one, and before the primary takes over from the bridge; ONNX Runtime (the bridge) is
-not warmed (`app.runtime.local.WARMED_BACKENDS`). Asserted on what the runtime reports
+"""Every OpenVINO stream runs one inference after each load, before it serves: at start and at a restore; ONNX
+Runtime is not warmed (`app.runtime.local.WARMED_BACKENDS`). Asserted on what the runtime reports
 (slots warmed, the warm-up's seconds in the restore's parts), never on a timing."""
 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +15,6 @@ from app.http.server import create_app
 from app.runtime.backends.base import Inference, Resolved
 from app.runtime.local import LocalRuntime, WarmUp
 from app.settings import Settings
-from tests.conftest import until_primary
 
 ADMIN = {"Authorization": "Bearer warm"}
 
@@ -64,49 +61,40 @@ WARM = WarmUp(tokens=np.zeros((1, 12), dtype=np.int64), style=np.zeros((1, 256),
 def test_every_slot_runs_one_warm_up_inference_after_a_load_and_it_is_not_counted_as_served() -> None:
     primary = FakeBackend("openvino", 3)
     runtime = LocalRuntime(primary, warm_up=WARM)
-    resolved = runtime.load_primary()
+    resolved = runtime.load()
     assert sorted(primary.calls) == [(0, 12), (1, 12), (2, 12)]
     assert resolved.warmed == 3 and resolved.warm_up_s >= 0
     assert sum(runtime.served.values()) == 0
 
 
-def test_the_bridge_serves_unwarmed_and_the_primary_warms_before_it_takes_over() -> None:
+def test_onnx_runtime_is_not_warmed() -> None:
     # ONNX Runtime's warm-up cost a start or restore a second and bought the next request nothing.
-    primary, bridge = FakeBackend("openvino", 2), FakeBackend("onnxruntime", 2, streams=1)
-    runtime = LocalRuntime(primary, bridge, warm_up=WARM)
-    opened = runtime.load_bridged()
-    assert opened.warmed == 0 and bridge.calls == []
-    assert primary.calls == []  # the warm-up is not the bridge's first request: the primary waits for that
-    runtime.infer(0, np.zeros((1, 5), dtype=np.int64), WARM.style, 1.0)  # the first request
-    deadline = time.monotonic() + 5
-    while runtime.active_name != "openvino":
-        assert time.monotonic() < deadline, "the primary did not take over"
-        time.sleep(0.01)
-    assert sorted(primary.calls) == [(0, 12), (1, 12)]
-    assert runtime.resolved is not None and runtime.resolved.warmed == 2
-    assert runtime.served == {"onnxruntime": 1}  # only the request
+    backend = FakeBackend("onnxruntime", 2)
+    assert LocalRuntime(backend, warm_up=WARM).load().warmed == 0
+    assert backend.calls == []
 
 
 def test_no_warm_up_without_an_input() -> None:
     primary = FakeBackend("openvino", 2)
-    assert LocalRuntime(primary).load_primary().warmed == 0
+    assert LocalRuntime(primary).load().warmed == 0
     assert primary.calls == []
 
 
 def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(cache_dir: Path) -> None:
-    settings = Settings(cache_dir=cache_dir, quiet_window_s=0, admin_token="warm")
+    settings = Settings(cache_dir=cache_dir, backend="openvino", quiet_window_s=0, admin_token="warm")
     with TestClient(create_app(settings)) as client:
-        # Readiness comes with the bridge, unwarmed; OpenVINO warms every stream before it takes over.
         assert client.get("/readyz").status_code == 200
-        assert client.get("/v1/lifecycle").json()["last_restore_parts"]["warm_up_s"] == 0
-        info = until_primary(lambda: client.get("/v1/info").json())
+        info = client.get("/v1/info").json()
+        assert info["active_backend"] == "openvino"
         assert info["resolved"]["warmed"] == info["resolved"]["streams"] == info["pool"]["slots"] >= 1
         assert info["resolved"]["warm_up_s"] > 0
+        assert client.get("/v1/lifecycle").json()["last_restore_parts"]["warm_up_s"] > 0
         assert info["inferences_by_backend"] == {}  # warm-up inferences serve nobody
         assert client.post("/v1/lifecycle/release", headers=ADMIN).status_code == 200
         body = {"input": "Hello there.", "voice": "af_heart", "response_format": "pcm"}
         assert client.post("/v1/audio/speech", json=body).status_code == 200
         parts = client.get("/v1/lifecycle").json()["last_restore_parts"]
-        assert parts["warm_up_s"] == 0 and parts["bridge_s"] > 0  # the waiting request went first
-        until_primary(lambda: client.get("/v1/info").json())
-        assert client.get("/v1/info").json()["resolved"]["warmed"] == info["pool"]["slots"]
+        assert parts["warm_up_s"] > 0 and parts["backend_s"] > 0  # warmed before the waiting request ran
+        after = client.get("/v1/info").json()
+        assert after["resolved"]["warmed"] == info["pool"]["slots"]
+        assert set(after["inferences_by_backend"]) == {"openvino"}

@@ -4,8 +4,7 @@ whichever serves), chosen by the request's speed.
 - speed 1.5: every inference fails (the first chunk fails: the error comes before the response starts);
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
 - speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
-Any other speed runs normally. With ``FAULT_PRIMARY_LOAD=1`` OpenVINO's load always fails (behind the bridge,
-the bridge serves on). And a load (first load or restore) fails once each time the file named by
+Any other speed runs normally. A load (first load or restore) fails once each time the file named by
 ``FAULT_LOAD_FAILS_FILE`` exists (the load deletes it), for the recovery tests.
 The tests start it as ``python -m tests.reliability.faulty_app``.
 The model runs in the inference process (`app.runtime.proxy`), so the faults are injected
@@ -26,14 +25,6 @@ from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
 from app.runtime.backends.openvino import OpenVinoBackend
 from app.runtime.local import LocalRuntime
 from app.runtime.proxy import ProcessRuntime
-
-_real_load = OpenVinoBackend.load
-
-
-def _faulty_load(self: OpenVinoBackend) -> Resolved:
-    if os.environ.get("FAULT_PRIMARY_LOAD") == "1":
-        raise RuntimeError("injected primary load fault")
-    return _real_load(self)
 
 
 def _faulty(infer: Any) -> Any:
@@ -62,9 +53,7 @@ def _failing_once(load: Any) -> Any:
 # The served path calls infer_timed (infer goes through it too): the faults go there.
 OpenVinoBackend.infer_timed = _faulty(OpenVinoBackend.infer_timed)  # type: ignore[method-assign]
 OnnxRuntimeBackend.infer_timed = _faulty(OnnxRuntimeBackend.infer_timed)  # type: ignore[method-assign]
-OpenVinoBackend.load = _faulty_load  # type: ignore[method-assign]
-LocalRuntime.load_primary = _failing_once(LocalRuntime.load_primary)  # type: ignore[method-assign]
-LocalRuntime.load_bridged = _failing_once(LocalRuntime.load_bridged)  # type: ignore[method-assign]
+LocalRuntime.load = _failing_once(LocalRuntime.load)  # type: ignore[method-assign]
 ProcessRuntime.child_module = "tests.reliability.faulty_inference"
 
 if __name__ == "__main__":

@@ -44,8 +44,7 @@ def speak(server: LiveServer, text: str = TEXT) -> bytes:
 def assert_same_speech(audio: bytes, reference: bytes) -> None:
     """The same speech within `app.tune.outputcheck`'s tolerance, where another runtime or form made ``audio`` than
     made ``reference`` (so the bytes differ): OpenVINO's audio from a damaged or constrained cache against the
-    session server's (ONNX Runtime, the reference of the output checks), or the restore bridge's against OpenVINO's
-    (tests/lifecycle/test_inference_process.py)."""
+    session server's (ONNX Runtime, the reference of the output checks)."""
     def floats(pcm: bytes) -> np.ndarray:
         return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32767
 

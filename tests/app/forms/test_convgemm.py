@@ -5,19 +5,14 @@ on the embedded model (the form made for real, against ONNX Runtime on the model
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.forms import convgemm, modelfile, store
-from app.runtime.backends.onnxruntime import graph_prefix
 from app.settings import Settings
-from app.sizing import PoolShape
-from app.tune import candidates, manifest
-from app.tune.choice import EngineChoice, resolve_engine
+from app.tune import candidates
 
 
 def _quantized_conv(path: Path, k: int, dilation: int, stride: int = 1, *, bias: bool = True, seed: int = 0,
@@ -130,7 +125,7 @@ def baked_form(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
 
 def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, tmp_path: Path,
                                                               baked_form: tuple[Path, Path, str]) -> None:
-    """The real rewrite of the embedded model, served by ONNX Runtime as the pool and the bridge open it, against
+    """The real rewrite of the embedded model, served by ONNX Runtime as the pool opens it, against
     ONNX Runtime on the model: two lengths (the tuning corpus's longest chunk among them)."""
     from tests.conftest import form_check
 
@@ -139,84 +134,3 @@ def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, t
     assert made.name == store.ONNX_MODEL and store.digest(made) is not None
     verdict = form_check(model, made, tmp_path / "onnxruntime")
     assert verdict["passed"], verdict
-
-
-def test_a_bridge_form_measured_faster_is_found_where_it_was_made_else_the_bridge_runs_the_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """`app.served` gives the bridge the form `app.tune.choice.bridge_choice` picked where it is made (never makes it at
-    start), else the file it ran before."""
-    from app import served
-
-    monkeypatch.setitem(store._MAKERS, store.CONVGEMM, lambda source, directory: (directory / store.ONNX_MODEL)
-                        .write_bytes(b"graph"))
-    monkeypatch.setattr(store, "_make_isolated", lambda form, source, digest, directory: store._make(
-        form, store._MAKERS[form], source, digest, directory))
-    source = tmp_path / "model.onnx"
-    source.write_bytes(b"model")
-    settings = Settings(cache_dir=tmp_path / "cache", baked_cache_dir=tmp_path / "baked")
-    choice = EngineChoice("tuned", "openvino", "f32", "ov", store.DEQUANT, bridge_form=store.CONVGEMM)
-    ir = tmp_path / "ir.xml"
-    with caplog.at_level(logging.WARNING, logger="app.served"):
-        assert served._bridge_path(settings, choice, ir, source, tmp_path / "w", "ab" * 32) == source
-        assert served._bridge_path(settings, choice, source, source, tmp_path / "w", "ab" * 32) is None
-    assert "the bridge's convgemm form is not made here" in caplog.text and not (tmp_path / "w").exists()
-    made = store.path(store.CONVGEMM, source, tmp_path / "baked", "ab" * 32)
-    assert served._bridge_path(settings, choice, ir, source, tmp_path / "w", "ab" * 32) == made
-    assert served._bridge_path(settings, choice, source, source, tmp_path / "w", "ab" * 32) == made
-    # Under the convgemm form itself the bridge runs the served file; under the shipped file's choice, that file.
-    own = dataclasses.replace(choice, backend="onnxruntime", form=store.CONVGEMM)
-    assert served._bridge_path(settings, own, made, source, tmp_path / "w", "ab" * 32) is None
-    shipped = dataclasses.replace(choice, bridge_form=store.ONNX)
-    assert served._bridge_path(settings, shipped, ir, source, tmp_path / "w", "ab" * 32) == source
-
-
-def test_a_server_whose_tuning_run_found_the_form_faster_on_all_threads_bridges_with_it(
-        cache_dir: Path, tmp_path: Path, baked_form: tuple[Path, Path, str]) -> None:
-    """Served by OpenVINO on the file as shipped (2 x 1), whose tuning run measured ONNX Runtime on the convgemm form
-    faster as one session on both threads: the bridge opens the form (made and baked) and serves the first requests
-    while OpenVINO loads."""
-    import httpx
-
-    from app.sizing import read_budget
-    from tests.conftest import live_server
-
-    baked, made, digest = baked_form
-    ov_2x1 = manifest.Candidate("openvino", "f32", 2, 1)
-    table = [{"backend": backend, "form": form, "precision": "f32", "streams": streams,
-              "threads_per_stream": threads, "throughput": throughput, "error": ""}
-             for backend, form, streams, threads, throughput in (
-                 ("openvino", "onnx", 2, 1, 5.0), ("onnxruntime", "onnx", 1, 2, 2.0),
-                 ("onnxruntime", "convgemm", 1, 2, 3.0))]
-    here = manifest.TuneKey.here(read_budget().cpus, digest)
-    manifest.write(baked, manifest.Manifest(key=here, choice=ov_2x1, why="ov 2 x 1", table=table))
-    with live_server(cache_dir, tmp_path, baked_cache_dir=str(baked), quiet_window_s="0") as server:
-        response = httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                              json={"input": "The bridge runs the faster form.", "voice": "af_heart",
-                                    "response_format": "pcm"})
-        info = httpx.get(f"{server.url}/v1/info").json()
-    assert response.status_code == 200 and len(response.content) > 2 * 24000
-    assert info["engine"]["bridge_form"] == "convgemm" and "convgemm 3.00" in info["engine"]["bridge"]
-    # The bridge opened the baked form: ONNX Runtime saved its optimized graph of that very file (named for it:
-    # `app.runtime.backends.onnxruntime.graph_prefix`) into the server's writable cache.
-    assert list((cache_dir / "onnxruntime").glob(f"{graph_prefix(made)}*.onnx"))
-    assert info["active_backend"] == "openvino" and not info["bridge_serving"]
-
-
-def test_an_onnx_runtime_primary_has_no_bridge_whatever_its_tuning_run_measured(tmp_path: Path) -> None:
-    """Its first requests after a start or a restore are made by the same form as every later one."""
-    from app.runtime.spec import Options, Spec
-
-    table = [{"backend": "onnxruntime", "form": form, "precision": "f32", "streams": streams, "threads_per_stream":
-              threads, "throughput": throughput, "error": ""}
-             for form, streams, threads, throughput in (("onnx", 2, 1, 5.0), ("onnx", 1, 2, 2.0),
-                                                         ("convgemm", 1, 2, 3.0))]
-    here = manifest.TuneKey.here(2, "ab" * 32)
-    for backend, bridged in (("onnxruntime", False), ("openvino", True)):
-        manifest.write(tmp_path, manifest.Manifest(key=here, choice=manifest.Candidate(backend, "f32", 2, 1), why="",
-                                               table=table))
-        choice = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
-        settings = dataclasses.replace(Settings(), backend=choice.backend)
-        assert (choice.bridge_form == "convgemm") is bridged
-        spec = Spec(settings, Path("m.onnx"), PoolShape(2, 1), tmp_path)
-        assert spec.has_bridge is bridged
-        assert not dataclasses.replace(spec, options=Options(bridge=False)).has_bridge

@@ -30,7 +30,6 @@ class FakeRuntime:
         self.slots = slots
         self.resolved: Resolved | None = None
         self.served: Counter[str] = Counter()
-        self.primary_error: str | None = None
         self.loads = 0
         self.gate: threading.Event | None = None
         self.started = threading.Event()
@@ -47,23 +46,12 @@ class FakeRuntime:
     def active_name(self) -> str | None:
         return "fake" if self._loaded else None
 
-    @property
-    def has_bridge(self) -> bool:
-        return False
-
-    @property
-    def bridge_serving(self) -> bool:
-        return False
-
-    def load_primary(self) -> Resolved:
+    def load(self) -> Resolved:
         self.loads += 1
         self._loaded = True
         self.resolved = Resolved(backend="fake", slots=self.slots, streams=self.slots, threads=self.slots,
                                  precision="f32", load_s=0.0, from_cache=None)
         return self.resolved
-
-    def load_bridged(self, wait_for_request: bool = True) -> Resolved:
-        return self.load_primary()
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:

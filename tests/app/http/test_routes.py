@@ -228,10 +228,10 @@ class RestoreWatch:
         self.loads_done = 0
         self.phonemized_after_loads: list[int] = []
         runtime, frontend = engine.runtime, engine.frontend  # type: ignore[attr-defined]
-        load, phonemize = runtime.load_primary, frontend.phonemize_words
+        load, phonemize = runtime.load, frontend.phonemize_words
 
         def slow_load() -> object:
-            time.sleep(0.3)  # a restore's bridge opening
+            time.sleep(0.3)  # a restore's load
             try:
                 return load()
             finally:
@@ -242,7 +242,7 @@ class RestoreWatch:
             self.phonemized_after_loads.append(self.loads_done)
             return phonemize(*args, **kwargs)
 
-        runtime.load_primary, frontend.phonemize_words = slow_load, watched
+        runtime.load, frontend.phonemize_words = slow_load, watched
 
 
 def test_a_request_to_a_released_server_is_planned_while_it_restores(tmp_path: Path) -> None:

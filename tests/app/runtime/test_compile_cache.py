@@ -159,14 +159,16 @@ def test_the_build_cli_output_is_what_the_server_chooses_and_imports(baked_real:
     from_cache, _ = _load(real_model, chosen)
     assert from_cache is True
     assert not (tmp_path / "rw").exists()
-    # The bridge's optimized graph too: a bridge with an empty writable cache opens the baked one, writes nothing.
-    from app.runtime.backends import bridge
+    # ONNX Runtime's optimized graph too: a server on ONNX Runtime with an empty writable cache opens the baked one,
+    # writes nothing.
+    from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
     from app.sizing import PoolShape
 
-    ort_bridge = bridge(real_model, PoolShape(1, 1), tmp_path / "rw-ort", baked_real.parent / "onnxruntime")
-    ort_bridge.load()
+    ort = OnnxRuntimeBackend(real_model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path / "rw-ort",
+                             baked_optimized_dir=baked_real.parent / "onnxruntime")
+    ort.load()
     graphs = list((baked_real.parent / "onnxruntime").glob("*.onnx"))
-    assert len(graphs) == 1 and graphs[0] in ort_bridge.files()
+    assert len(graphs) == 1 and graphs[0] in ort.files()
     assert not (tmp_path / "rw-ort").exists()
 
 

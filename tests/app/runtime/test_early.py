@@ -13,7 +13,7 @@ import pickle
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -51,7 +51,7 @@ def test_the_first_child_start_adopts_the_early_process_and_the_next_starts_its_
     spawned = early._early
     assert spawned is not None
     served = runtime(tmp_path)
-    served.load_primary()
+    served.load()
     try:
         assert served._child is not None and served._child.early
         assert served._child.process.pid == spawned.process.pid
@@ -59,7 +59,7 @@ def test_the_first_child_start_adopts_the_early_process_and_the_next_starts_its_
     finally:
         served.unload()
     assert spawned.process.returncode == 0  # told to exit, and waited for
-    served.load_primary()  # a restore: a fresh process of its own
+    served.load()  # a restore: a fresh process of its own
     try:
         assert served._child is not None and not served._child.early
         assert served._child.process.pid != spawned.process.pid
@@ -85,7 +85,7 @@ def test_an_early_process_that_died_is_replaced_by_a_new_one(tmp_path: Path) -> 
     os.kill(spawned.process.pid, signal.SIGKILL)
     spawned.process.wait()
     served = runtime(tmp_path)
-    served.load_primary()
+    served.load()
     try:
         assert served._child is not None and not served._child.early
         assert served._child.process.pid != spawned.process.pid
@@ -101,7 +101,7 @@ def test_an_early_process_that_cannot_take_its_spec_is_replaced_by_a_new_one(tmp
     assert os.read(spawned.inbox.fileno(), 1) == b"x"  # alive, and its Spec pipe closed
     spawned.module = FAKE_CHILD  # taken by the runtime below, whose later children answer
     served = runtime(tmp_path)
-    served.load_primary()
+    served.load()
     try:
         assert served._child is not None and not served._child.early
         assert served._child.process.pid != spawned.process.pid
@@ -113,34 +113,30 @@ def test_an_early_process_that_cannot_take_its_spec_is_replaced_by_a_new_one(tmp
 
 # --- the first load begun before the server asks (messages.Preload), in the inference process ----------------
 
-BRIDGE = Resolved("onnxruntime", 2, 1, 2, "f32", 0.4, None)
-PRIMARY = Resolved("openvino", 2, 2, 1, "f32", 1.5, True)
+LOADED = Resolved("openvino", 2, 2, 1, "f32", 1.5, True)
 
 
-class PrimaryFirst:
-    """A runtime whose primary is ready the moment its bridge is: its news would reach the server before the answer
-    to a load the server has not asked for yet."""
+class Counted:
+    """A runtime that counts its loads (and fails them where told)."""
 
     def __init__(self) -> None:
-        self.loads: list[tuple[str, bool]] = []
-        self.on_primary: Callable[[Resolved], None] = lambda resolved: None
-        self.on_primary_failed: Callable[[str], None] = lambda why: None
+        self.loads = 0
+        self.fail = False
+        self.backend = self  # the loop names ``runtime.backend.name`` when a load fails
+        self.name = "openvino"
 
-    def load_bridged(self, wait_for_request: bool) -> Resolved:
-        self.loads.append(("bridged", wait_for_request))
-        self.on_primary(PRIMARY)
-        return BRIDGE
-
-    def load_primary(self) -> Resolved:
-        self.loads.append(("primary", False))
-        return PRIMARY
+    def load(self) -> Resolved:
+        self.loads += 1
+        if self.fail:
+            raise RuntimeError("injected load failure")
+        return LOADED
 
 
 @contextlib.contextmanager
-def inference_loop() -> Iterator[tuple[PrimaryFirst, Connection, Connection]]:
+def inference_loop() -> Iterator[tuple[Counted, Connection, Connection]]:
     to_child_r, to_child_w = multiprocessing.Pipe(duplex=False)
     from_child_r, from_child_w = multiprocessing.Pipe(duplex=False)
-    fake = PrimaryFirst()
+    fake = Counted()
     loop = InferenceLoop(to_child_r, from_child_w, fake, 1)  # type: ignore[arg-type]
     serving = threading.Thread(target=loop.serve, daemon=True)
     serving.start()
@@ -151,32 +147,30 @@ def inference_loop() -> Iterator[tuple[PrimaryFirst, Connection, Connection]]:
         serving.join(10)
 
 
-def test_a_preload_is_answered_at_the_servers_load_and_the_primarys_news_after_it() -> None:
+def test_a_preload_is_answered_at_the_servers_load() -> None:
     with inference_loop() as (runtime, server_out, server_in):
-        server_out.send(messages.Preload("bridged"))
+        server_out.send(messages.Preload())
         deadline = time.monotonic() + 10
         while not runtime.loads and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert runtime.loads == [("bridged", False)]  # begun before anyone asked
-        assert not server_in.poll(0.3)  # the primary's news held: the server has not asked for a load yet
-        server_out.send(messages.Load("bridged", wait_for_request=False))
-        assert server_in.recv() == messages.Loaded(BRIDGE)
-        assert server_in.recv() == messages.PrimaryReady(PRIMARY)
-        assert runtime.loads == [("bridged", False)]  # loaded once
-        server_out.send(messages.Load("primary"))  # a later load is a load again, answered at once
-        assert server_in.recv() == messages.Loaded(PRIMARY)
-        assert runtime.loads == [("bridged", False), ("primary", False)]
+        assert runtime.loads == 1  # begun before anyone asked
+        assert not server_in.poll(0.3)  # nothing said before the server asks
+        server_out.send(messages.Load())
+        assert server_in.recv() == messages.Loaded(LOADED)
+        assert runtime.loads == 1  # loaded once
+        server_out.send(messages.Load())  # a later load is a load again, answered at once
+        assert server_in.recv() == messages.Loaded(LOADED)
+        assert runtime.loads == 2
 
 
-def test_a_load_unlike_the_preload_is_answered_with_the_preloads_outcome_and_logged(
-        caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="app.runtime.child"), inference_loop() as (runtime, out, into):
-        out.send(messages.Preload("bridged"))
-        out.send(messages.Load("primary"))
-        assert into.recv() == messages.Loaded(BRIDGE)
-        assert into.recv() == messages.PrimaryReady(PRIMARY)
-        assert runtime.loads == [("bridged", False)]
-    assert "answering with the bridged load" in caplog.text
+def test_a_preload_that_failed_is_answered_as_a_failed_load(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="app.runtime.child"), inference_loop() as (runtime, out, into):
+        runtime.fail = True
+        out.send(messages.Preload())
+        out.send(messages.Load())
+        assert into.recv() == messages.LoadFailed("RuntimeError: injected load failure")
+        assert runtime.loads == 1
+    assert "loading the openvino backend failed" in caplog.text
 
 
 def test_a_process_sent_another_spec_is_not_adopted(tmp_path: Path) -> None:
@@ -187,7 +181,7 @@ def test_a_process_sent_another_spec_is_not_adopted(tmp_path: Path) -> None:
     other = dataclasses.replace(served.spec, writable=tmp_path / "elsewhere")
     spawned.outbox.send(other)
     spawned.sent = pickle.dumps(other)
-    served.load_primary()  # the fake child answers any load
+    served.load()  # the fake child answers any load
     try:
         assert served._child is not None and not served._child.early
         assert served._child.process.pid != spawned.process.pid

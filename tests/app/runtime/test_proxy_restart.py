@@ -22,7 +22,7 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
     runtime = ProcessRuntime(Spec(settings=settings, model_path=tmp_path / "m.onnx", shape=PoolShape(1, 1),
                                   writable=tmp_path))
     runtime.child_module = "tests.app.runtime.lingering_child"
-    runtime.load_primary()
+    runtime.load()
     child = runtime._child
     assert child is not None
     with pytest.raises(WorkerGone):
@@ -32,7 +32,7 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
 
     loaded: list[Resolved] = []
     started = time.monotonic()
-    loader = threading.Thread(target=lambda: loaded.append(runtime.load_primary()), daemon=True)
+    loader = threading.Thread(target=lambda: loaded.append(runtime.load()), daemon=True)
     loader.start()
     loader.join(LINGER_S + 20)
     try:

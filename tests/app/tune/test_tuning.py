@@ -16,7 +16,7 @@ from app.runtime.spec import Options
 from app.settings import Settings
 from app.sizing import read_budget
 from app.tune import candidates, outputcheck, ranking, tuner
-from app.tune.choice import bridge_choice, resolve_engine
+from app.tune.choice import resolve_engine
 from app.tune.manifest import Candidate, Manifest, TuneKey, find, write
 from lifecycle import trim
 from tests.conftest import live_server
@@ -129,36 +129,16 @@ def row(candidate: Candidate, throughput: float, error: str = "") -> dict[str, A
 BF16_2X1 = Candidate("openvino", "bf16", 2, 1, "dequant16")
 BF16_1X2 = Candidate("openvino", "bf16", 1, 2, "dequant16")
 XEON_TABLE = [row(ORT_2X1, 3.15), row(BF16_2X1, 4.79), row(ORT_1X2, 2.13), row(BF16_1X2, 3.47)]
-"""The tuning run on the 2-vCPU Xeon with AMX of 2026-12-03 (audio-s per s): one bf16 stream beats the bridge."""
+"""The tuning run on the 2-vCPU Xeon with AMX of 2026-12-03 (audio-s per s)."""
 
 
-CONVGEMM_1X2 = Candidate("onnxruntime", "f32", 1, 2, "convgemm")
-
-
-def test_the_bridge_runs_the_onnx_runtime_form_that_was_fastest_on_all_threads() -> None:
-    table = [*XEON_TABLE, row(CONVGEMM_1X2, 2.60)]
-    form, why = bridge_choice(BF16_2X1, table, 2)
-    assert form == "convgemm" and why == ("audio-s per s in the tuning run as one ONNX Runtime session of 2 threads: "
-                                          "onnx 2.13, convgemm 2.60")
-    assert bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.0)], 2) == ("onnx", "")  # slower
-    failed = {**row(CONVGEMM_1X2, 2.60), "check": {"passed": False}}
-    assert bridge_choice(BF16_2X1, [*XEON_TABLE, failed], 2) == ("onnx", "")  # never a form that fails
-    assert bridge_choice(BF16_2X1, [*XEON_TABLE, row(CONVGEMM_1X2, 2.60, error="crashed")], 2)[0] == "onnx"
-    assert bridge_choice(BF16_2X1, [row(CONVGEMM_1X2, 2.60)], 2)[0] == "onnx"  # the file not measured
-    assert bridge_choice(BF16_2X1, table, 4)[0] == "onnx"  # another shape than the one measured
-    # Under a form only ONNX Runtime runs, the bridge runs that form.
-    assert bridge_choice(Candidate("onnxruntime", "f32", 2, 1, "convgemm"), XEON_TABLE, 2) == ("convgemm", "")
-
-
-def test_a_tuned_choice_names_the_bridge_form_it_measured_faster(tmp_path: Path) -> None:
+def test_a_tuned_openvino_choice_is_served_alone(tmp_path: Path) -> None:
+    """One engine per instance: the choice names what is served and nothing in front of it."""
     here = TuneKey.here(2, "ab" * 32)
-    table = [*XEON_TABLE, row(CONVGEMM_1X2, 2.60)]
-    write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=table))
-    choice = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
-    assert choice.bridge_form == "convgemm" and "convgemm 2.60" in choice.bridge
-    assert choice.public()["bridge_form"] == "convgemm"  # what /v1/info shows
     write(tmp_path, Manifest(key=here, choice=BF16_2X1, why="bf16 was fastest", table=XEON_TABLE))
-    assert resolve_engine(Settings(), 2, "ab" * 32, tmp_path).bridge_form == "onnx"
+    choice = resolve_engine(Settings(), 2, "ab" * 32, tmp_path)
+    assert (choice.backend, choice.precision, choice.form) == ("openvino", "bf16", "dequant16")
+    assert set(choice.public()) == {"source", "backend", "precision", "reason", "form", "manifest", "table"}
 
 
 def result(candidate: Candidate, efficiency: float, passed: bool = True, error: str = "") -> ranking.Result:

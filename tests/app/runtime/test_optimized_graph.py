@@ -1,4 +1,4 @@
-"""The restore bridge's saved, pre-optimized ONNX Runtime graph: same audio, and damage is survived."""
+"""ONNX Runtime's saved, pre-optimized graph of the served model: same audio, and damage is survived."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ def speak(backend: OnnxRuntimeBackend) -> np.ndarray:
 
 
 def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_path: Path) -> None:
-    plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
+    plain = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     plain.load()
     reference = speak(plain)
 
-    first = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    first = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
     first.load()
     import onnxruntime
 
@@ -47,71 +47,21 @@ def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_pa
     assert np.array_equal(speak(first), reference)
 
     stamp = saved.stat().st_mtime_ns
-    second = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    second = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
     second.load()
     assert saved.stat().st_mtime_ns == stamp  # opened, not written again
     assert np.array_equal(speak(second), reference)
 
 
-def test_a_bridge_opened_unpacked_speaks_within_the_output_check(model: Path, tmp_path: Path) -> None:
-    """``pack_at_open=False`` (the restore bridge: `app.runtime.backends.bridge`) opens the saved graph without packing
-    its weights (their layout differs, so the audio is not bit-identical, but as close to the reference)."""
-    from app.tune.outputcheck import THRESHOLDS, mel_distance
-
-    plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
-    plain.load()
-    reference = speak(plain)
-    OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path).load()
-
-    bridge = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path,
-                                pack_at_open=False)
-    bridge.load()
-    unpacked = speak(bridge)
-    assert abs(len(unpacked) - len(reference)) <= 2400
-    assert mel_distance(reference, unpacked) < THRESHOLDS.max_mel_distance / 2
-    bridge.unload()
-    assert not bridge.loaded
-
-
-def test_the_bridge_spins_for_a_bounded_time_and_the_streams_do_not(model: Path, tmp_path: Path) -> None:
-    """`app.runtime.backends.BRIDGE_SPIN_US`: the bridge's shared session spins at most that long; the pool's sized
-    streams sleep at once whatever they are given; 0 turns the spin off. The spun session's audio is the same
-    audio."""
-    from app.runtime import backends
-
-    plain = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
-    plain.load()
-    assert plain.spinning_us() == 0
-    reference = speak(plain)
-
-    bridge = backends.bridge(model, PoolShape(2, 1), tmp_path)
-    assert isinstance(bridge, OnnxRuntimeBackend) and bridge.spinning_us() == 0  # nothing open yet
-    bridge.pack_at_open = True
-    bridge.load()
-    assert bridge.spinning_us() == backends.BRIDGE_SPIN_US == 50
-    assert np.array_equal(speak(bridge), reference)
-
-    off = backends.bridge(model, PoolShape(2, 1), tmp_path, spin_us=0)
-    off.load()
-    assert isinstance(off, OnnxRuntimeBackend) and off.spinning_us() == 0
-
-    streams = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=tmp_path, spin_us=50)
-    streams.load()
-    assert streams.spinning_us() == 0
-
-
 def test_the_sessions_plan_no_memory_pattern_and_speak_the_same(model: Path, tmp_path: Path) -> None:
-    """The pool's and the bridge's sessions allocate each tensor from the arena instead of one planned block per input
-    length (ONNX Runtime's memory pattern, which kept far more memory with Kokoro's varying lengths): the audio is
-    the same, bit for bit, as a session with the pattern."""
+    """The pool's sessions allocate each tensor from the arena instead of one planned block per input length (ONNX
+    Runtime's memory pattern, which kept far more memory with Kokoro's varying lengths): the audio is the same, bit
+    for bit, as a session with the pattern."""
     import onnxruntime as ort
 
-    streams = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=tmp_path)
+    streams = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     streams.load()
-    bridge = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, shared=True)
-    bridge.load()
-    for backend in (streams, bridge):
-        assert not backend._sessions[0].get_session_options().enable_mem_pattern
+    assert not streams._sessions[0].get_session_options().enable_mem_pattern
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     assert options.enable_mem_pattern  # ONNX Runtime's default
@@ -122,11 +72,11 @@ def test_the_sessions_plan_no_memory_pattern_and_speak_the_same(model: Path, tmp
     style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
     expected = patterned.run(["audio"], {"tokens": tokens, "style": style.reshape(1, -1),
                                          "speed": np.array([1.0], np.float32)})[0]
-    assert np.array_equal(speak(bridge), expected)
+    assert np.array_equal(speak(streams), expected)
 
 
 def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path) -> None:
-    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
     import onnxruntime
 
     saved = backend.optimized_path(onnxruntime.__version__)
@@ -138,22 +88,22 @@ def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path) -> None:
     # Its packed weights cut short: the same.
     [data] = tmp_path.glob("*.data")
     data.write_bytes(data.read_bytes()[:1000])
-    damaged = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True, optimized_dir=tmp_path)
+    damaged = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
     damaged.load()
     assert sum(p.stat().st_size for p in tmp_path.glob("*.data")) > 90_000_000
     assert speak(damaged).size > 24000 // 2
 
 
 def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_path: Path) -> None:
-    """The image build saves the graph into the baked cache (`app.tune.build.save_bridge_graph`); a server
+    """The image build saves the graph into the baked cache (`app.tune.build.save_graph`); a server
     whose writable cache starts empty opens that one and optimizes nothing."""
-    from app.tune.build import save_bridge_graph
+    from app.tune.build import save_graph
 
-    baked = save_bridge_graph(model, tmp_path / "baked")
-    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True)
+    baked = save_graph(model, tmp_path / "baked")
+    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     reference.load()
     writable = tmp_path / "writable"
-    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False,
                                  optimized_dir=writable, baked_optimized_dir=baked.parent)
     backend.load()
     assert baked in backend.files()
@@ -163,44 +113,11 @@ def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_p
     assert baked.name.endswith(f"-{cpu.family()}.onnx") and not list(baked.parent.glob("*.data"))
     # A graph it cannot open is not written over (it may be read-only): the model is optimized into the writable cache.
     baked.write_bytes(b"not a model")
-    again = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+    again = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False,
                                optimized_dir=writable, baked_optimized_dir=baked.parent)
     again.load()
     assert baked.read_bytes() == b"not a model" and any(writable.glob("*.onnx"))
     assert np.array_equal(speak(again), speak(reference))
-
-
-SHRINK_PROBE = """
-import ctypes, sys, numpy as np, psutil
-from pathlib import Path
-from app.runtime.backends.onnxruntime import OnnxRuntimeBackend
-from app.sizing import PoolShape
-backend = OnnxRuntimeBackend(Path(sys.argv[1]), PoolShape(2, 1), runtime_defaults=False, shared=True)
-backend.load()
-if sys.argv[2] == "kept":
-    backend._run_options = None  # the arena as ONNX Runtime leaves it
-tokens = np.array([[0, *[50 + i % 100 for i in range(90)], 0]], dtype=np.int64)
-style = np.full((1, 256), 0.05, dtype=np.float32)
-backend.infer(0, tokens[:, :8], style, 1.0)
-before = psutil.Process().memory_info().rss
-backend.infer(0, tokens, style, 1.0)
-ctypes.CDLL("libc.so.6").malloc_trim(0)
-print(psutil.Process().memory_info().rss - before)
-"""
-
-
-def test_the_bridge_gives_its_activations_back_after_each_run(model: Path) -> None:
-    """Kept beside the primary as the wide session, the idle bridge does not hold its longest run's buffers."""
-    import subprocess
-    import sys
-
-    grown: dict[str, int] = {}
-    for mode in ("shrunk", "kept"):
-        done = subprocess.run([sys.executable, "-c", SHRINK_PROBE, str(model), mode], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).resolve().parents[3])
-        grown[mode] = int(done.stdout.split()[-1])
-    assert grown["kept"] > 30 * 2**20, grown  # the control (about 70 MB here): ONNX Runtime's arena keeps them
-    assert grown["shrunk"] < grown["kept"] / 3, grown
 
 
 def test_a_graph_saved_into_memory_keeps_no_packed_weights(model: Path, tmp_path: Path) -> None:
@@ -219,7 +136,7 @@ def test_a_graph_saved_into_memory_keeps_no_packed_weights(model: Path, tmp_path
         pytest.skip("no tmpfs at /dev/shm here")
     folder = shm / f"tts-test-{tmp_path.name}"
     try:
-        backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, shared=True,
+        backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False,
                                      optimized_dir=folder)
         backend.load()
         import onnxruntime
@@ -255,7 +172,7 @@ def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cp
     [graph] = (baked / "onnxruntime").glob("*.packed.onnx")
     assert graph.name.endswith(f"-{cpu.flags_digest()}.packed.onnx") and list(graph.parent.glob("*.data"))
     served = served_model(Settings(cache_dir=cache_dir), cache_dir)[0]
-    backend = OnnxRuntimeBackend(served, PoolShape(1, 2), runtime_defaults=False, shared=True,
+    backend = OnnxRuntimeBackend(served, PoolShape(1, 2), runtime_defaults=False,
                                  optimized_dir=tmp_path / "writable", baked_optimized_dir=graph.parent)
     backend.load()
     assert graph in backend.files() and not (tmp_path / "writable").exists()
@@ -266,7 +183,7 @@ def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cp
 
     if in_memory(Path("/dev/shm")):
         shm = Path("/dev/shm") / f"tts-test-{tmp_path.name}"
-        in_container = OnnxRuntimeBackend(served, PoolShape(1, 2), runtime_defaults=False, shared=True,
+        in_container = OnnxRuntimeBackend(served, PoolShape(1, 2), runtime_defaults=False,
                                           optimized_dir=shm, baked_optimized_dir=graph.parent)
         in_container.load()
         assert graph in in_container.files() and not shm.exists()
@@ -275,7 +192,7 @@ def test_a_tuned_image_bakes_the_chosen_graph_with_its_packed_weights_for_its_cp
 def test_a_baked_cache_that_is_the_writable_one_holds_no_baked_graphs(tmp_path: Path) -> None:
     """``TTS_BAKED_CACHE_DIR`` pointed at the cache the server writes (a machine tuned in place): a portable graph an
     earlier version saved there is the writable cache's to replace with a packed one, not a baked graph to open
-    (it was, so the bridge packed its weights at every open)."""
+    (it was, so its weights were packed at every open)."""
     from app.runtime.spec import Spec
     from app.settings import Settings
 
