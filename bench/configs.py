@@ -67,6 +67,10 @@ class ServerConfig:
 
     @property
     def shape(self) -> str:
+        if self.kind == "foreign":
+            return "the server's choice"
+        if self.kind == "peer":
+            return f"1 session x {self.threads_per_stream} threads"
         return "runtime defaults" if self.runtime_defaults else f"{self.streams}x{self.threads_per_stream}"
 
     @property

@@ -83,6 +83,8 @@ class Options:
     env: tuple[tuple[str, str], ...] = ()
     """More ``TTS_*`` settings for the server this command starts."""
     inprocess: bool = True
+    peer: str = ""
+    """Measure this peer (`bench.peers`) instead of this server: installed from PyPI and started here."""
     threshold_dbfs: float = -40.0
     min_pause_s: float = 0.25
 
@@ -168,7 +170,11 @@ def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, di
     """The server to measure (started here unless ``--url``) and its ``/v1/info`` once it is ready (it serves the
     form measured from its first request)."""
     if options.url:
-        yield options.url.rstrip("/"), httpx.get(options.url.rstrip("/") + "/v1/info", timeout=10.0).json()
+        yield options.url.rstrip("/"), _info(options.url.rstrip("/"))
+        return
+    if options.peer:
+        with _peer(options, model, work) as found:
+            yield found
         return
     settings = {"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(options.cache_dir / "quality" / "server-cache"),
                 **({"TTS_VOICES_PATH": str(options.voices_file)} if options.voices_file else {}), **dict(options.env)}
@@ -181,6 +187,30 @@ def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, di
         yield url, httpx.get(url + "/v1/info", timeout=10.0).json()
     finally:
         terminate(process)
+
+
+def _info(url: str) -> dict[str, Any]:
+    """``/v1/info``; empty for a server that has none (a peer)."""
+    response = httpx.get(url + "/v1/info", timeout=10.0)
+    found: dict[str, Any] = response.json() if response.status_code == 200 else {}
+    return found
+
+
+@contextmanager
+def _peer(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The peer installed (pinned, from PyPI) into ``work`` and started offline on ``model`` and the shipped voices,
+    as `bench.run` starts it; it is asked on OpenAI's route, unstreamed, which every peer answers whole."""
+    from app.sizing import read_budget
+    from app.voices import EMBEDDED
+    from bench import configs, peers
+
+    config = next(c for c in configs.all_configs(read_budget()) if c.name == options.peer)
+    installed = peers.install(peers.PEERS[options.peer], work / "peers", work / f"install-{options.peer}.log")
+    server = peers.server(config, installed, model=model, voices=options.voices_file or EMBEDDED,
+                          work=work / "peer-files", log_path=work / f"{options.peer}.log")
+    with server:
+        server.wait_ready()
+        yield server.url, {"peer": options.peer, "versions": installed.versions, "argv": server.argv}
 
 
 def _styles_file(voices_file: Path | None, names: Sequence[str], work: Path) -> Path:
@@ -223,12 +253,13 @@ def run(options: Options) -> dict[str, Any]:
     results["run"]["loadavg"] = {"start": os.getloadavg()[0]}
     audio: dict[tuple[str, str, str], npt.NDArray[np.float32]] = {}
     with serving(options, model, work) as (url, info):
-        results["server"] = {k: info.get(k) for k in ("backend", "engine", "pool", "version") if k in info}
+        results["server"] = {k: info.get(k) for k in ("backend", "engine", "pool", "version", "peer", "versions",
+                                                      "argv") if k in info}
         for target in options.targets:
             progress(f"served: {target.voice}, {len(corpus.utterances)} utterances")
             for utterance in corpus.utterances:
                 audio["served", target.voice, utterance.id] = speak(url, utterance.text, target)
-        results["server"]["pool_after"] = httpx.get(url + "/v1/info", timeout=10.0).json().get("pool")
+        results["server"]["pool_after"] = _info(url).get("pool")
         results["run"]["loadavg"]["served"] = os.getloadavg()[0]
     if options.inprocess:
         from kokoro_onnx import Kokoro
@@ -375,6 +406,9 @@ def main(argv: list[str]) -> int:
                              "server's default voices)")
     parser.add_argument("--env", type=_setting, action="append", default=[], metavar="TTS_NAME=VALUE",
                         help="a setting for the server this command starts (repeatable)")
+    parser.add_argument("--peer", choices=("fastkokoro", "kokoro-pi"),
+                        help="measure this peer (bench/peers.py: installed from PyPI, started offline on the same "
+                             "model and voices) instead of this server")
     parser.add_argument("--no-inprocess", dest="inprocess", action="store_false",
                         help="measure the server only")
     parser.add_argument("--threshold-dbfs", type=float, default=-40.0, help="silence below this (default -40)")
@@ -393,6 +427,7 @@ def main(argv: list[str]) -> int:
                       out=args.out or Path("bench/results") / f"quality-{stamp}", cache_dir=args.cache_dir,
                       command="python -m bench quality " + shlex.join(argv), url=args.url,
                       voices_file=args.voices_file, env=tuple(args.env), inprocess=args.inprocess,
+                      peer=args.peer or "",
                       threshold_dbfs=args.threshold_dbfs, min_pause_s=args.min_pause_s)
     results = run(options)
     for name, voice in results["voices"].items():

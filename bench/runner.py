@@ -258,13 +258,10 @@ class Run:
                 self.configs = [c for c in self.configs if c.name != config.name]
                 continue
             self.installed[peer.name] = installed
-            argv, env = peers.launch_spec(peer, installed.venv, model=self.model, voices=VOICES,
-                                          work=self.work / "peer-files" / peer.name, port=0,
-                                          threads=config.threads_per_stream)
             self.results["peers"][peer.name] = {
                 "distribution": peer.distribution, "requirement": peer.requirement, "versions": installed.versions,
                 "api": peer.api, "threads": config.threads_per_stream, "settings_note": peer.settings_note,
-                "argv_shown": [Path(argv[0]).name, *argv[1:]], "env": env}
+                "argv_shown": [], "env": {}}  # filled in when it starts (`_measure`)
             self.progress(f"    {', '.join(f'{k} {v}' for k, v in installed.versions.items())}")
 
     def _finish(self) -> None:
@@ -355,6 +352,8 @@ class Run:
                                   work=self.work / "peer-files" / config.name,
                                   log_path=self.logs / f"{config.name}.log")
             settings = server.settings
+            self.results["peers"][config.name] |= {"argv_shown": [Path(server.argv[0]).name, *server.argv[1:]],
+                                                   "env": settings}
         else:
             settings = self._settings(config)
             server = Server(config, settings, self.logs / f"{config.name}.log")
