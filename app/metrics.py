@@ -29,6 +29,10 @@ class Metrics:
                                             ["target"], buckets=LATENCY_BUCKETS, registry=r)
         self.send_timeouts = Counter("tts_send_timeouts", "Streamed responses aborted because the client "
                                      "took no bytes for TTS_SEND_TIMEOUT_S", registry=r)
+        self.inference_retries = 0
+        """Requests asked again of a fresh inference process (`app.http.speech.start`)."""
+        self._reader_retries: Callable[[], int] = lambda: 0
+        r.register(_RetriesCollector(self))
         self.memory_freed = Gauge("tts_lifecycle_last_release_freed_bytes",
                                   "Billable bytes freed by the last release", registry=r)
 
@@ -44,6 +48,10 @@ class Metrics:
     def watch_pool(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         """Export the pool's admission at scrape time: what it admits now, and the real-time capacity behind it."""
         self.registry.register(_PoolCollector(snapshot))
+
+    def watch_readers(self, retries: Callable[[], int]) -> None:
+        """Export the language readers' retries (`app.text.readers.ReaderProcess.retries`) at scrape time."""
+        self._reader_retries = retries
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -70,6 +78,18 @@ class _SnapshotCollector(Collector):
                 memory.add_metric([kind], float(value))
         yield memory
         yield GaugeMetricFamily("tts_requests_in_flight", "Requests in flight", value=float(snap["in_flight"]))
+
+
+class _RetriesCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        retries = CounterMetricFamily("tts_retries", "Requests asked again of a fresh helper process because the one "
+                                      "serving them had died before their first byte", labels=["process"])
+        retries.add_metric(["inference"], float(self._metrics.inference_retries))
+        retries.add_metric(["reader"], float(self._metrics._reader_retries()))
+        yield retries
 
 
 class _PoolCollector(Collector):

@@ -88,6 +88,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
                                    on_event=metrics.observe_lifecycle, max_failures=settings.recovery_attempts)
         metrics.watch(manager.snapshot)
         metrics.watch_pool(built.engine.pool.snapshot)
+        metrics.watch_readers(lambda: built.engine.frontend.reader_retries)
         services = Services(settings, built.engine, manager, metrics, budget, built.shape)
         await manager.start()
         log.info("serving %s: %s", settings.backend, built.engine.resolved)

@@ -31,10 +31,11 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app import audio
 from app.engine import Plan, Spoken
-from app.errors import InputTooLarge, InvalidInput, NoTimestamps, Unavailable
+from app.errors import InferenceFailed, InputTooLarge, InvalidInput, NoTimestamps, Unavailable
 from app.http.common import require_bearer, services
 from app.http.progress import Progress
 from app.http.request import SpeechRequest
+from app.runtime.proxy import WorkerGone
 from app.served import default_voice
 from app.services import Services
 from app.timestamps import WordTime
@@ -202,12 +203,30 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
         planned = await planning if planning is not None else await anyio.to_thread.run_sync(plan)
         chunks = svc.engine.stream_timed(planned)
         stack.push_async_callback(chunks.aclose)
-        first = await chunks.__anext__()
+        try:
+            first = await chunks.__anext__()
+        except InferenceFailed as exc:
+            if not _process_lost(svc, exc):
+                raise
+            # Nothing was sent: the inference process died under this request (killed for memory, say). The
+            # lifecycle restores a fresh one for the next hold, and the request is asked of it once.
+            log.warning("the inference process ended before this request's first audio; retrying it once")
+            svc.metrics.inference_retries += 1
+            await chunks.aclose()
+            await stack.enter_async_context(svc.lifecycle.in_use())
+            chunks = svc.engine.stream_timed(planned)
+            stack.push_async_callback(chunks.aclose)
+            first = await chunks.__anext__()
     except BaseException:
         svc.metrics.requests.labels("refused").inc()
         await stack.aclose()
         raise
     return Started(svc, speech, planned, first, chunks, stack, arrived)
+
+
+def _process_lost(svc: Services, exc: InferenceFailed) -> bool:
+    """Whether ``exc`` came of the inference process ending (not of the model failing on this input)."""
+    return isinstance(exc.__cause__, WorkerGone) or not svc.engine.runtime.intact()
 
 
 def _retrieved(task: asyncio.Future[Plan]) -> None:
@@ -262,7 +281,7 @@ async def pieces(started: Started, encoder: audio.Encoder, produced: list[int]) 
     """
     svc, first, chunks, stack, arrived = started.svc, started.first, started.rest, started.stack, started.arrived
     produced.append(len(first.audio))
-    complete = False
+    outcome = "aborted"
     try:
         yield encoder.encode(first.audio), first.words
         svc.metrics.first_audio.observe(time.perf_counter() - arrived)
@@ -272,10 +291,14 @@ async def pieces(started: Started, encoder: audio.Encoder, produced: list[int]) 
         tail = encoder.finish()
         if tail:
             yield tail, None
-        complete = True
+        outcome = "ok"
+    except InferenceFailed:
+        outcome = "cut"  # a later chunk failed (its inference process died, say): the stream ends visibly
+        raise
     finally:
         await stack.aclose()
-        svc.metrics.requests.labels("ok" if complete else "aborted").inc()
+        svc.metrics.requests.labels(outcome).inc()
+        complete = outcome == "ok"
         svc.metrics.audio_seconds.inc(sum(produced) / audio.SAMPLE_RATE)
         if complete:
             svc.metrics.request_seconds.observe(time.perf_counter() - arrived)
@@ -318,6 +341,11 @@ async def _events(encoded: AsyncIterator[Piece], input_tokens: int, produced: li
                 yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
             if words:
                 yield _event({"type": WORDS_EVENT, "timestamps": [w.public() for w in words]})
+    except InferenceFailed as exc:
+        # A cut the client can read: an ``error`` event (OpenAI's streams end in one) and no ``done``.
+        yield _event({"type": "error", "error": {"message": str(exc), "type": "server_error", "param": None,
+                                                 "code": exc.code}})
+        return
     finally:
         await close(encoded)
     output_tokens = -(-sum(produced) // FRAME_SAMPLES)

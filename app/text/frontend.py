@@ -166,6 +166,11 @@ class Frontend:
         self._reader_process.close()
 
     @property
+    def reader_retries(self) -> int:
+        """Calls the Japanese and Mandarin readers asked again of a fresh process (`ReaderProcess.retries`)."""
+        return self._reader_process.retries
+
+    @property
     def languages_loaded(self) -> list[str]:
         """Keys of the languages whose readers are loaded (English included)."""
         return sorted({*self._g2p, *self._readers, *self._reader_process.loaded})

@@ -86,6 +86,7 @@ class FakeFrontend:
 
     def __init__(self) -> None:
         self.loaded = False
+        self.reader_retries = 0
 
     def load(self, langs: tuple[str, ...] = ("en-us",)) -> float:
         self.loaded = True

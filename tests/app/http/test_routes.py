@@ -132,6 +132,8 @@ def test_metrics_counters_rise(client: TestClient) -> None:
     assert metric(client, "tts_pool_listeners") == info["listeners"] >= 1
     assert metric(client, "tts_pool_capacity_requests") == info["capacity"] > info["listeners"]
     assert metric(client, "tts_pool_admitted") == 0
+    assert 'tts_retries_total{process="inference"} 0.0' in client.get("/metrics").text
+    assert 'tts_retries_total{process="reader"} 0.0' in client.get("/metrics").text
 
 
 def test_overload_gets_429_with_retry_after_while_admitted_requests_finish(tmp_path: Path) -> None:

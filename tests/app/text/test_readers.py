@@ -49,6 +49,20 @@ def test_a_killed_reader_is_started_again_and_the_call_served(reader: ReaderProc
     assert reader.loaded == {"ja"}
 
 
+def test_a_reader_that_dies_in_the_middle_of_a_call_is_asked_again(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "die"
+    marker.touch()
+    monkeypatch.setenv("DYING_READER_MARKER", str(marker))
+    dying = ReaderProcess("tests.app.text.dying_reader")
+    try:
+        assert dying.phonemize("ja", HELLO) == SPOKEN
+        assert dying.retries == 1 and not marker.exists()
+        assert dying.phonemize("ja", HELLO) == SPOKEN and dying.retries == 1
+    finally:
+        dying.close()
+
+
 def test_a_reader_that_never_answers_is_a_503_within_its_timeout() -> None:
     mute = ReaderProcess("tests.app.text.mute_reader", answer_timeout_s=0.5)
     try:

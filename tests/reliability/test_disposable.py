@@ -1,0 +1,135 @@
+"""Every helper process is disposable, on a real server and the real model: killed alone or all at once, before,
+during or between requests, the inference process and the Japanese/Mandarin reader cost no request that had not
+sent a byte (it is asked once more of a fresh process), a stream cut mid-way ends visibly and is counted, and the
+next request is served."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
+
+ENGLISH = "Nothing lost to a process that died."
+JAPANESE = "こんにちは、お元気ですか。"
+SLOW = "One chunk, spoken slowly."
+"""Under the first chunk's bound (one inference), and at a quarter speed its inference makes four times the audio: long
+enough to be killed in the middle of it."""
+LONG = " ".join(f"Sentence number {i} keeps this stream going for a while." for i in range(12))
+
+
+@pytest.fixture(scope="module")
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    # ONNX Runtime: a restore loads the same form again, so audio after a kill is the audio before it, byte for byte.
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="0", backend=SPEECH_BACKEND,
+                     max_requests="8", primary=False) as s:
+        yield s
+
+
+def speak(server: LiveServer, text: str, voice: str = "af_heart", speed: float = 1.0) -> httpx.Response:
+    return httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
+                      json={"input": text, "voice": voice, "response_format": "pcm", "speed": speed})
+
+
+def helpers(server: LiveServer, module: str) -> list[psutil.Process]:
+    """The server's live children running ``module`` (``app.runtime.child``, ``app.text.readers``)."""
+    found = []
+    for child in psutil.Process(server.process.pid).children():
+        try:
+            if module in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def kill(processes: list[psutil.Process]) -> None:
+    assert processes
+    for process in processes:
+        os.kill(process.pid, signal.SIGKILL)
+
+
+def metric(server: LiveServer, name: str) -> float:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", httpx.get(f"{server.url}/metrics", timeout=10).text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def in_flight(server: LiveServer) -> int:
+    return int(httpx.get(f"{server.url}/v1/lifecycle", timeout=10).json()["in_flight"])
+
+
+def test_every_child_killed_at_once_between_requests_costs_no_request(server: LiveServer) -> None:
+    english, japanese = speak(server, ENGLISH), speak(server, JAPANESE, "jf_alpha")
+    assert english.status_code == japanese.status_code == 200
+    for _ in range(2):
+        # As an out-of-memory kill of the container's biggest processes would: both at once, and asked at once.
+        kill(helpers(server, "app.runtime.child") + helpers(server, "app.text.readers"))
+        again = speak(server, JAPANESE, "jf_alpha")
+        assert again.status_code == 200, again.text
+        assert again.content == japanese.content
+        assert speak(server, ENGLISH).content == english.content
+
+
+def test_the_reader_killed_alone_costs_no_request(server: LiveServer) -> None:
+    japanese = speak(server, JAPANESE, "jf_alpha")
+    kill(helpers(server, "app.text.readers"))
+    again = speak(server, JAPANESE, "jf_alpha")
+    assert again.status_code == 200 and again.content == japanese.content, again.text
+
+
+def test_a_kill_during_requests_cuts_the_streams_visibly_and_serves_the_one_not_started(server: LiveServer) -> None:
+    reference = speak(server, SLOW, speed=0.25)
+    assert reference.status_code == 200
+    retries = metric(server, 'tts_retries_total{process="inference"}')
+    cut = metric(server, 'tts_requests_total{outcome="cut"}')
+    outcome: dict[str, Any] = {}
+
+    def streamed(name: str, **fields: object) -> None:
+        body = {"input": LONG, "voice": "af_heart", "response_format": "pcm", **fields}
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/audio/speech", timeout=120, json=body) as response:
+                outcome[f"{name}_status"] = response.status_code
+                outcome[f"{name}_body"] = b"".join(response.iter_raw())
+        except httpx.RemoteProtocolError as exc:
+            outcome[f"{name}_error"] = exc
+
+    audio = threading.Thread(target=streamed, args=("audio",))
+    sse = threading.Thread(target=streamed, args=("sse",), kwargs={"stream_format": "sse"})
+    audio.start()
+    sse.start()
+    deadline = time.monotonic() + 60
+    while "audio_status" not in outcome or "sse_status" not in outcome:  # both streaming
+        assert time.monotonic() < deadline, outcome
+        time.sleep(0.02)
+    waiting: dict[str, httpx.Response] = {}
+    late = threading.Thread(target=lambda: waiting.update(response=speak(server, SLOW, speed=0.25)))
+    late.start()
+    while in_flight(server) < 3:  # admitted, and its one chunk not back: its response has not started
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert "response" not in waiting
+    kill(helpers(server, "app.runtime.child"))
+    for thread in (audio, sse, late):
+        thread.join(120)
+        assert not thread.is_alive()
+
+    # The one that had not started is served, whole and the same.
+    assert waiting["response"].status_code == 200, waiting["response"].text
+    assert waiting["response"].content == reference.content
+    # The streams cut mid-way end visibly: the raw body without its last chunk, and SSE's error event with no done.
+    assert "audio_error" in outcome, outcome.keys()
+    events = outcome["sse_body"].decode()
+    assert '"type":"error"' in events and "speech.audio.done" not in events
+    assert metric(server, 'tts_requests_total{outcome="cut"}') - cut == 2
+    assert metric(server, 'tts_retries_total{process="inference"}') - retries >= 1
+    assert speak(server, ENGLISH).status_code == 200
