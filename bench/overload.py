@@ -166,7 +166,6 @@ def main(argv: list[str]) -> int:
     settings = {"TTS_CACHE_DIR": str(args.cache_dir)}
     with Server(config, settings, args.out / "logs" / "overload.log") as server:
         server.wait_ready()
-        server.wait_primary()
         result = run(server.url, duration_s=args.minutes * 60, factor=args.factor)
     summary = result.summary()
     command = "python -m bench overload " + " ".join(argv)

@@ -175,23 +175,6 @@ class Server:
                    path=self.ready_path)
         return time.perf_counter() - self.spawned_at
 
-    def wait_primary(self, timeout_s: float = 300.0, poll_s: float = 0.25) -> float:
-        """Wait until the primary form serves: the server turns ready on the fast-opening bridge and loads the
-        configuration being measured behind it (``bridge_serving`` in ``/v1/info``). Returns the seconds waited;
-        a primary that failed to load raises `ServerFailed` (the figures would be the bridge's)."""
-        started = time.perf_counter()
-        deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=10.0) as http:
-            while True:
-                info = http.get(self.url + "/v1/info").json()
-                if info.get("primary_error"):
-                    raise ServerFailed(f"{self.label}: the primary failed to load: {info['primary_error']}")
-                if not info.get("bridge_serving", False):
-                    return time.perf_counter() - started
-                if time.monotonic() > deadline:
-                    raise ServerFailed(f"{self.label}: the primary did not take over in {timeout_s:.0f} s")
-                time.sleep(poll_s)
-
     def alive(self) -> bool:
         return self._process is not None and self._process.poll() is None
 

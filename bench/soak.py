@@ -132,7 +132,6 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
     pagecache.evict(meter.files_under(options.cache_dir))
     with Server(config, settings, options.out / "logs" / f"{config.name}.log") as server:
         server.wait_ready()
-        server.wait_primary()
         # Largest buffers first, on every stream: as many longest requests at once as there are clients.
         longest = options.min_tokens + options.lengths - 1
         with httpx.Client(timeout=300) as http, concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
