@@ -341,7 +341,8 @@ def _container(path: Path = CONTAINER_FIGURES) -> str:
         ["first audio after a release", f"{m['first_audio_after_release_s']:.1f} s"],
         ["container memory warm", f"{m['memory_warm_bytes'] / gib:.2f} GiB"],
         ["container memory released", f"{m['memory_released_bytes'] / gib:.2f} GiB"],
-        ["container memory peak", f"{m['memory_peak_bytes'] / gib:.2f} GiB"],
+        *[[f"warm peak at full concurrency, {name}", f"{peak / gib:.2f} GiB"]
+          for name, peak in m.get("memory_warm_peak_bytes", {}).items()],
     ]
     return (f"From `deploy/measured.json` ({m['_measured']}; {m['_source']}).\n\n"
             + _table(["figure", "value"], rows))
