@@ -9,17 +9,24 @@ audio ends), so the characters of a piece cover its audio exactly.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from app.audio import SAMPLE_RATE
 from app.timestamps import WordTime
 
 
-def characters(words: Sequence[WordTime] | None, *, offset: int, samples: int) -> dict[str, list[object]] | None:
+def characters(words: Sequence[WordTime] | None, *, offset: int, samples: int, source: str = "",
+               cursor: int = 0) -> tuple[dict[str, list[object]] | None, int]:
     """The alignment of a piece of ``samples`` samples that starts ``offset`` samples into the audio ``words`` are
-    timed in; None where the model gave no times (or the piece has no word)."""
+    timed in (None where the model gave no times, or the piece has no word), and where the next piece's words are
+    looked for in ``source``.
+
+    ``source``: the text the words were read from, searched from ``cursor``: the punctuation written against a word
+    (which the model speaks but does not time) joins that word's characters, so that the characters give back the
+    text as written ("Hello there," rather than "Hello there")."""
     if not words:
-        return None
+        return None, cursor
     base_ms = offset * 1000 / SAMPLE_RATE
     end_ms = samples * 1000 / SAMPLE_RATE
     chars: list[object] = []
@@ -27,6 +34,13 @@ def characters(words: Sequence[WordTime] | None, *, offset: int, samples: int) -
     durations: list[object] = []
     for k, word in enumerate(words):
         text = word.word.strip()
+        found = source.find(text, cursor) if source and text else -1
+        if found >= 0:
+            lead = source[cursor:found].strip()
+            after = _TRAILING.match(source, found + len(text))
+            trail = after.group(0) if after else ""
+            cursor = found + len(text) + len(trail)
+            text = lead + text + trail
         if not text:
             continue
         start = min(max(word.start_time * 1000 - base_ms, 0.0), end_ms)
@@ -41,4 +55,7 @@ def characters(words: Sequence[WordTime] | None, *, offset: int, samples: int) -
         chars.append(" ")
         starts.append(round(end))
         durations.append(round(following) - round(end))
-    return {"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations} if chars else None
+    return ({"chars": chars, "charStartTimesMs": starts, "charDurationsMs": durations} if chars else None), cursor
+
+
+_TRAILING = re.compile(r"[^\w\s]*")

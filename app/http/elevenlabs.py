@@ -2,9 +2,9 @@
 
 What the agent frameworks send (their clients take our URL): the ``elevenlabs`` SDK's realtime call, Pipecat's
 ``ElevenLabsTTSService`` and LiveKit's ElevenLabs plugin. Query: ``output_format`` (`app.output`),
-``inactivity_timeout`` (seconds, default 20, at most 180); ``model_id``, ``sync_alignment``, ``auto_mode`` and any
-other field are accepted and ignored (text is always cut at natural boundaries, `app.text.stream`). The key:
-``xi-api-key`` or a bearer.
+``inactivity_timeout`` (seconds, default 20, at most 180), ``auto_mode`` (true: each text message is a whole sentence
+or phrase, spoken as it comes, as Pipecat sends them; else text is cut at natural boundaries, `app.text.stream`);
+``model_id``, ``sync_alignment`` and any other field are accepted and ignored. The key: ``xi-api-key`` or a bearer.
 
 Client messages (JSON text): ``{"text": " ", "voice_settings": {"speed"}}`` opens; ``{"text": "piece "}`` adds text
 (``"flush": true`` speaks what is buffered now); ``{"text": ""}`` ends the input (single stream) or keeps a context
@@ -25,7 +25,6 @@ import json
 import logging
 from typing import Any
 
-from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
@@ -62,10 +61,6 @@ class _Refused(Exception):
         self.code = code
 
 
-def _key(headers: Headers) -> str:
-    return headers.get("xi-api-key", "")
-
-
 class _Session:
     """One socket: its contexts and the one writer. Everything runs on the event loop."""
 
@@ -77,6 +72,8 @@ class _Session:
         """Set when the socket is to close: a single stream's input ended and was spoken, or it failed."""
         self.close_code = 1000
         self.inactivity_s = INACTIVITY_S
+        self.auto_mode = False
+        """Each text message is a whole sentence or phrase, spoken as it comes (ElevenLabs' ``auto_mode``)."""
         self._lock = asyncio.Lock()
 
     async def send(self, payload: dict[str, Any], context: _Context | None = None) -> None:
@@ -119,11 +116,15 @@ class _Context:
         self.flushed = False
         """The last message for this context was a flush (a close now lets the flushed text finish)."""
         self.queued_chars = 0
+        self.cursor = 0
+        """Where the next chunk's words are looked for in its segment's text (`app.alignment.characters`)."""
         self.task = asyncio.create_task(self._run(), name=f"elevenlabs-context-{cid}")
 
     def add(self, text: str, flush: bool) -> None:
         start = self.stream.index
         segments = self.stream.feed(text)
+        if self.session.auto_mode and text.strip():
+            segments += self.stream.cut()
         if flush:
             segments += self.stream.flush()
         for k, piece in enumerate(segments):
@@ -144,7 +145,10 @@ class _Context:
 
     async def _emit(self, segment: Segment, spoken: Spoken, offset: int) -> None:
         data = self.output.encode(spoken.audio)
-        timed = alignment.characters(spoken.words, offset=offset, samples=len(spoken.audio))
+        if offset == 0:
+            self.cursor = 0  # a new segment: its words are looked for in its own text
+        timed, self.cursor = alignment.characters(spoken.words, offset=offset, samples=len(spoken.audio),
+                                                  source=segment.text, cursor=self.cursor)
         await self.session.send({"audio": base64.b64encode(data).decode("ascii") if data else None,
                                  "alignment": timed, "normalizedAlignment": timed}, self)
 
@@ -189,7 +193,8 @@ async def multi_stream_input(ws: WebSocket) -> None:
 async def _serve(ws: WebSocket, *, multi: bool) -> None:
     svc: Services = ws.state.services
     key = svc.settings.api_key
-    if key and not (_key(ws.headers) == key or bearer_matches(ws.headers.get("authorization", ""), key)):
+    given = ws.headers.get("xi-api-key")
+    if key and not bearer_matches(f"Bearer {given}" if given else ws.headers.get("authorization", ""), key):
         body = {"error": {"message": "this endpoint needs the key in 'xi-api-key' or 'Authorization: Bearer'",
                           "type": "authentication_error", "param": None, "code": "unauthorized"}}
         if "websocket.http.response" in ws.scope.get("extensions", {}):
@@ -235,6 +240,7 @@ def _open(ws: WebSocket, svc: Services, multi: bool) -> _Session:
         raise _Refused(f"inactivity_timeout must be above 0 and at most {MAX_INACTIVITY_S:g}", "invalid_value")
     session = _Session(ws, svc, voice, fmt, multi)
     session.inactivity_s = inactivity
+    session.auto_mode = query.get("auto_mode", "").strip().lower() == "true"
     return session
 
 

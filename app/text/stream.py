@@ -55,6 +55,15 @@ class TextStream:
                 self.index += 1
         return out
 
+    def cut(self) -> list[str]:
+        """The rest of the buffer as a segment (none if blank), the utterance going on: for a client whose every piece
+        is a whole sentence or phrase (ElevenLabs' ``auto_mode``), so that each is spoken as it comes."""
+        rest, self._buffer = self._buffer.strip(), ""
+        if not rest:
+            return []
+        self.index += 1
+        return [rest]
+
     def flush(self) -> list[str]:
         """The rest of the buffer as a segment (none if blank); the next segment is an utterance's first again."""
         rest, self._buffer = self._buffer.strip(), ""
