@@ -247,7 +247,7 @@ def section(results: Mapping[str, Any]) -> str:
                   "utterance during the load, against the tuned server's (`complete`) to the same text. Lengths "
                   "differ by each server's pauses and edge trimming as well as by durations, and kokoro-pi speaks "
                   "through espeak-ng where the others use misaki: a failure here says the audio differs, the word "
-                  "error rate (`python -m bench quality --url`) says whether the words do.", "",
+                  "error rate (`python -m bench quality --peer NAME`) says whether the words do.", "",
                   "| configuration | result | utterances | max length difference | log-mel distance mean / max | "
                   "failing |", "|---|---|---|---|---|---|"]
         for name, v in served.items():
