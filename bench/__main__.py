@@ -7,6 +7,7 @@
 - ``overload``: a server held at 4 × its capacity (bench/overload.py).
 - ``latency``: first audio and stalls of server variants side by side, interleaved (bench/latency.py).
 - ``coldstart``: process start and release to first audio against a plain kokoro-onnx script (bench/coldstart.py).
+- ``agents``: voice-agent sessions streaming text in over the ElevenLabs-shaped socket, against HTTP (bench/agents.py).
 - ``quality``: word error rate and inserted pauses, served and plain kokoro-onnx, by an offline recogniser
   (bench/quality.py; needs the ``quality`` extra).
 """
@@ -23,7 +24,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import audit, coldstart, configs, latency, overload, quality, report, runner, soak
+from bench import agents, audit, coldstart, configs, latency, overload, quality, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -133,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "coldstart":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return coldstart.main(argv[1:])
+    if argv and argv[0] == "agents":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        return agents.main(argv[1:])
     if argv and argv[0] == "quality":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return quality.main(argv[1:])

@@ -97,10 +97,13 @@ class _Session:
             found = self.contexts[cid] = _Context(self, cid, _speed(message))
         return found
 
-    def stop_all(self) -> None:
-        for context in list(self.contexts.values()):
+    async def stop_all(self) -> None:
+        """Cancel every context and wait for each (a running inference ends its chunk first: the pool's contract)."""
+        contexts, self.contexts = list(self.contexts.values()), {}
+        for context in contexts:
             context.cancel()
-        self.contexts.clear()
+        if contexts:
+            await asyncio.wait([c.task for c in contexts], timeout=30)
 
 
 class _Context:
@@ -211,10 +214,10 @@ async def _serve(ws: WebSocket, *, multi: bool) -> None:
     try:
         await _read(session)
     except _Refused as exc:
-        session.stop_all()
+        await session.stop_all()
         await _refuse(ws, exc)
     finally:
-        session.stop_all()
+        await session.stop_all()
         if ws.application_state is WebSocketState.CONNECTED:
             await ws.close(session.close_code)
 

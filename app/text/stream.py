@@ -7,7 +7,7 @@ not a boundary ("3." may become "3.5"), so where a piece ends does not matter: t
 the flushes alone, never on how the text was split into pieces or when it came, and so the same sequence gives the
 same audio.
 
-The first segment of an utterance (at the start, and after each flush) ends at its first boundary, clause or
+The first two segments of an utterance (at the start, and after each flush) end at their first boundary, clause or
 sentence, so its audio starts as soon as the first clause is written. Later segments end at sentence ends: the
 text runs ahead of speech, and a longer segment costs less per audio-second (each inference pays a fixed part).
 A sentence that runs on is cut at a clause once it holds `CLAUSE_AFTER` characters, and at a space (or hard) at
@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import re
 
+CLAUSE_SEGMENTS = 2
+"""Segments of an utterance that end at their first clause mark: the first, so that speech starts, and the second, so
+that the next piece is ready before the first clause has played (the rest of a sentence arrives at the writer's
+pace, and waiting for all of it left the listener silent for a moment)."""
 CLAUSE_AFTER = 200
 """Characters after which a later segment ends at a clause mark rather than wait for the sentence's end."""
 MAX_SEGMENT = 400
@@ -77,7 +81,7 @@ class TextStream:
         after cannot move it, so the cut is where it would be had the text come in one piece."""
         text = self._buffer
         ends = [m.end() for m in _SENTENCE.finditer(text) if text[:m.start()].strip()][:1]
-        after = 0 if self.index == 0 else CLAUSE_AFTER
+        after = 0 if self.index < CLAUSE_SEGMENTS else CLAUSE_AFTER
         ends += [m.end() for m in _CLAUSE.finditer(text) if m.end() >= after and text[:m.start()].strip()][:1]
         ends = [end for end in ends if end <= MAX_SEGMENT]
         if ends:

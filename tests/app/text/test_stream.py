@@ -24,7 +24,8 @@ def segments(pieces: list[str], flush: bool = True) -> list[tuple[str, int]]:
     return out
 
 
-def test_the_first_clause_then_sentences() -> None:
+def test_two_clauses_then_sentences() -> None:
+    assert [s for s, _ in segments(["Well, yes, " + REPLY])][:3] == ["Well,", "yes,", "Sure, I can help with that."]
     assert [s for s, _ in segments([REPLY])] == [
         "Sure,", "I can help with that.", "Your order shipped on Monday; it should arrive by Thursday!",
         "Is there anything else — a return, perhaps?", "Version 3.5 is out."]
@@ -47,9 +48,9 @@ def test_where_pieces_break_never_moves_a_cut(cuts: list[int]) -> None:
 
 def test_a_sentence_that_runs_on_is_cut_at_a_clause_then_at_a_space() -> None:
     clauses = "and then, " * 40
-    out = [s for s, _ in segments(["Well. ", clauses])]
-    assert out[0] == "Well." and all(len(s) <= MAX_SEGMENT for s in out)
-    assert CLAUSE_AFTER - 10 <= len(out[1]) <= CLAUSE_AFTER + 10
+    out = [s for s, _ in segments(["Well. So. ", clauses])]
+    assert out[:2] == ["Well.", "So."] and all(len(s) <= MAX_SEGMENT for s in out)
+    assert CLAUSE_AFTER - 10 <= len(out[2]) <= CLAUSE_AFTER + 10
     words = [s for s, _ in segments(["Hi. ", "word " * 200], flush=False)]
     assert words[1:] and all(len(s) <= MAX_SEGMENT for s in words)
 
