@@ -66,15 +66,23 @@ class InferenceLoop:
                 case messages.Load():
                     self._load()
                 case messages.Shed():
-                    # Handled once the imports are done (they come before this loop): what they read is what goes.
-                    pagecache.evict(pagecache.loaded_files())
+                    # Handled once the imports are done (they come before this loop): what they read is what goes,
+                    # and what the session held ahead of the next load read (its heap stays).
+                    self._hold()
                     pagecache.page_out_mappings()
+                    pagecache.evict(pagecache.loaded_files() + self.runtime.files())
                 case messages.ListFiles(ident=ident):
                     # The runtime's files, and every library and module this process loaded: the server
                     # evicts them from the page cache once this process has ended.
                     found = self.runtime.files()
                     found += [p for p in pagecache.loaded_files() if p not in found]
                     self.send(messages.Files(ident, found))
+
+    def _hold(self) -> None:
+        try:
+            self.runtime.hold()
+        except Exception:  # the restore opens every session itself, as without it
+            log.exception("opening a session ahead of the next load failed")
 
     def _load(self) -> None:
         if self._preload is not None:

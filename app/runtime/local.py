@@ -85,6 +85,12 @@ class LocalRuntime:
         self.settle()
         return self.resolved
 
+    def hold(self) -> None:
+        """While released, before the next load: open what the backend holds ahead of it (`Deferred.hold`)."""
+        hold = getattr(self.backend, "hold", None)
+        if hold is not None:
+            hold()
+
     def _warm(self, backend: Backend, resolved: Resolved) -> Resolved:
         """One inference on every stream of a freshly loaded ``backend``, one after another.
 

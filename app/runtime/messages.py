@@ -48,9 +48,10 @@ class ListFiles:
 
 @dataclass(frozen=True)
 class Shed:
-    """Give back what this process's start read, and wait for a load (an idle standby after a release:
-    `app.runtime.proxy.ProcessRuntime.idle_standby`): its imports' files leave the page cache, its mapped libraries'
-    clean pages are paged out."""
+    """Open what the runtime holds ahead of a load (one ONNX Runtime session: `app.runtime.local.LocalRuntime.hold`),
+    give back what this process read, and wait for a load (an idle standby after a release:
+    `app.runtime.proxy.ProcessRuntime.idle_standby`): its mapped files' clean pages (libraries, the held session's
+    weights) are paged out and the files it read leave the page cache."""
 
 
 @dataclass(frozen=True)

@@ -163,10 +163,11 @@ class ProcessRuntime:
             self._start()
 
     def idle_standby(self) -> None:
-        """After a release: start a fresh inference process at once, which imports its runtime, gives back what that
-        read (`messages.Shed`) and waits, holding no model; the restore's load goes to it instead of starting one, which
-        shortens the restore for a few tens of MB of released memory (docs/experiments.md). A process that
-        dies meanwhile costs nothing more: the restore starts another, as without it."""
+        """After a release: start a fresh inference process at once, which imports its runtime, opens one stream's
+        session ahead of the load where the runtime can (its weights paged out), gives back what that read
+        (`messages.Shed`) and waits; the restore's load goes to it instead of starting one, which shortens the restore
+        for a few tens of MB of released memory (docs/performance.md). A process that dies meanwhile costs nothing
+        more: the restore starts another, as without it."""
         self._start_released(" to wait, imported, for the next restore", messages.Shed())
 
     def _start_released(self, why: str, first: messages.ToChild) -> None:

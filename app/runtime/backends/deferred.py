@@ -14,6 +14,9 @@ import numpy.typing as npt
 
 from app.runtime.backends.base import Backend, Inference, Resolved
 
+HOLDS = frozenset({"onnxruntime"})
+"""Backends that open a session ahead of their load while released (`Deferred.hold`)."""
+
 
 class Deferred:
     def __init__(self, name: str, build: Callable[[], Backend]) -> None:
@@ -29,6 +32,17 @@ class Deferred:
         if self._inner is None:
             self._inner = self._build()
         return self._inner.load()
+
+    def hold(self) -> None:
+        """Open ahead of the next load what the backend can hold while released (ONNX Runtime's `hold`); nothing for
+        one that cannot (OpenVINO: building it would start its CPU plugin for nothing)."""
+        if self.name not in HOLDS:
+            return
+        if self._inner is None:
+            self._inner = self._build()
+        hold = getattr(self._inner, "hold", None)
+        if hold is not None:
+            hold()
 
     def unload(self) -> None:
         if self._inner is not None:

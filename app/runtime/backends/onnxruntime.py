@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +62,11 @@ class OnnxRuntimeBackend:
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
+        self._held: list[Any] = []
+        self._running: Counter[int] = Counter()
+        """Inferences running per session (by id): which open session a slot still opening may borrow."""
+        self._lock = threading.Lock()
+        """A session opened ahead of the next load while released (`hold`): that load serves with it first."""
         self._outputs: list[str] = ["audio"]
         """What each inference fetches: the audio, and the durations where the model outputs them."""
 
@@ -79,7 +86,7 @@ class OnnxRuntimeBackend:
             self._sessions = self._sized_sessions(ort, self._shape.streams)
             streams, threads = self._shape.streams, self._shape.threads
         # A timed model (app.forms.timed) has the durations as its second output.
-        names = [o.name for o in self._sessions[0].get_outputs()]
+        names = [o.name for o in self._session(0).get_outputs()]
         self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]
         return Resolved(
             backend=self.name, slots=len(self._sessions), streams=streams, threads=threads, precision="f32",
@@ -87,10 +94,29 @@ class OnnxRuntimeBackend:
             extra={"onnxruntime": ort.__version__, "model": str(self._model_path)},
         )
 
+    def hold(self) -> None:
+        """Open one stream's session now, ahead of the next load: a process waiting released for a restore
+        (`app.runtime.messages.Shed`) keeps its heap, some tens of MB, while the weights it maps are paged out with
+        everything else that process read. The restore then opens one session fewer, and the request waiting on it
+        runs on this one while the others open (docs/performance.md)."""
+        import onnxruntime as ort
+
+        if not self._runtime_defaults and not self._held:
+            self._held = [self._sized_session(ort)]
+
     def _sized_sessions(self, ort: Any, count: int) -> list[Any]:
-        """``count`` sessions, opened side by side: creating one is native code that releases the GIL, so on
-        2 CPUs two open in about the time of one. The first opens alone while the optimized graph is still to
-        be made (it writes the file the others then open)."""
+        """``count`` sessions, the held one first (`hold`), the others opened side by side: creating one is native
+        code that releases the GIL, so on 2 CPUs two open in about the time of one. The first opens alone while the
+        optimized graph is still to be made (it writes the file the others then open)."""
+        held, self._held = self._held[:count], []
+        if held:
+            # A restore: the request waiting on it runs on the held session while the others open (`infer_timed`
+            # waits for a slot's own session), and its weights are read back from disk in one sweep meanwhile.
+            _read_ahead(_data_files(self._opened) if self._opened is not None else [])
+            pool = ThreadPoolExecutor(max(1, count - len(held)), thread_name_prefix="ort-open")
+            opening = [pool.submit(self._sized_session, ort) for _ in range(count - len(held))]
+            pool.shutdown(wait=False)
+            return held + opening
         optimized = self.optimized_path(ort.__version__)
         first = [] if optimized is None or self._saved(optimized, ort.__version__) else [self._sized_session(ort)]
         with ThreadPoolExecutor(max(1, count - len(first)), thread_name_prefix="ort-open") as pool:
@@ -191,6 +217,7 @@ class OnnxRuntimeBackend:
 
     def unload(self) -> None:
         self._sessions = []
+        self._held = []
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
               speed: float) -> npt.NDArray[np.float32]:
@@ -199,9 +226,30 @@ class OnnxRuntimeBackend:
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
         feed = {"tokens": tokens, "style": style, "speed": np.array([speed], dtype=np.float32)}
-        found = self._sessions[slot].run(self._outputs, feed)
+        session = self._session(slot)
+        with self._lock:
+            self._running[id(session)] += 1
+        try:
+            found = session.run(self._outputs, feed)
+        finally:
+            with self._lock:
+                self._running[id(session)] -= 1
         durations = np.asarray(found[1], dtype=np.int64).reshape(-1) if len(found) > 1 else None
         return Inference(np.asarray(found[0], dtype=np.float32).reshape(-1), durations)
+
+    def _session(self, slot: int) -> Any:
+        """``slot``'s session; while it is still opening behind a held one (`_sized_sessions`), an open one that no
+        inference runs on (the pool hands out slots in any order, and the request that caused a restore must not wait
+        for a session to open while the held one idles; ``run`` is thread-safe either way), else it once open."""
+        session = self._sessions[slot]
+        if not isinstance(session, Future):
+            return session
+        if session.done():
+            opened = self._sessions[slot] = session.result()
+            return opened
+        with self._lock:
+            idle = [s for s in self._sessions if not isinstance(s, Future) and not self._running[id(s)]]
+        return idle[0] if idle else session.result()
 
     def files(self) -> list[Path]:
         found = [self._model_path]
@@ -236,6 +284,21 @@ def saved_graphs(model_path: Path, folder: Path) -> list[Path]:
     prefix = graph_prefix(model_path)
     graphs = [p for p in folder.iterdir() if p.name.startswith(prefix) and p.suffix == ".onnx"]
     return [*graphs, *(d for g in graphs for d in _data_files(g))]
+
+
+def _read_ahead(files: list[Path]) -> None:
+    """Ask the kernel to read ``files`` into the page cache in the background (``POSIX_FADV_WILLNEED``)."""
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def _data_files(graph: Path) -> list[Path]:

@@ -275,3 +275,35 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
     assert main(["--prune-forms"]) == 0
     assert not convgemm.exists() and not any(g.exists() for g in convgemm_graphs)
     assert sorted(graphs.iterdir()) == [shipped_graph] and not list((baked / "forms").glob("*/*"))
+
+
+def test_a_held_session_serves_the_next_load_at_once_and_every_slot_speaks_the_same(model: Path,
+                                                                                    tmp_path: Path) -> None:
+    """A session opened ahead of a load (`OnnxRuntimeBackend.hold`, while released) is the next load's first: that
+    load opens only the others, behind it, and a slot whose own session is still opening borrows the held one."""
+    import onnxruntime as ort
+
+    plain = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
+    plain.load()
+    reference = speak(plain)
+    opened: list[object] = []
+    real = ort.InferenceSession
+
+    def counting(*args: object, **kwargs: object) -> object:
+        opened.append(args[0])
+        return real(*args, **kwargs)
+
+    backend = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ort, "InferenceSession", counting)
+        backend.hold()
+        assert len(opened) == 1 and not backend.loaded
+        resolved = backend.load()
+        assert resolved.slots == 2
+        vocab = Vocab.embedded()
+        ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
+        tokens = np.array([[0, *ids, 0]], dtype=np.int64)
+        style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
+        for slot in (1, 0, 1):  # the second slot's first inference may run on the held session
+            assert np.array_equal(backend.infer(slot, tokens, style, 1.0), reference)
+    assert len(opened) == 2  # the held one and one more, not three
