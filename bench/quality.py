@@ -210,7 +210,8 @@ def _peer(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict
                           work=work / "peer-files", log_path=work / f"{options.peer}.log")
     with server:
         server.wait_ready()
-        yield server.url, {"peer": options.peer, "versions": installed.versions, "argv": server.argv}
+        yield server.url, {"peer": options.peer, "versions": installed.versions, "argv": server.argv,
+                           "backend": f"onnxruntime {installed.versions.get('onnxruntime', '?')}"}
 
 
 def _styles_file(voices_file: Path | None, names: Sequence[str], work: Path) -> Path:
@@ -301,6 +302,9 @@ def render(results: dict[str, Any]) -> str:
     run_info, voices = results["run"], results["voices"]
     server = results.get("server", {})
     served_by = run_info["url"] or "a server this command started"
+    if server.get("peer"):
+        served_by = (f"the peer {server['peer']} {server.get('versions', {}).get(server['peer'], '')} "
+                     f"(`bench.peers`: installed from PyPI, started offline on the same model and voices)")
     lines = [
         f"# Speech quality: {run_info['id']}", "",
         f"`{run_info['command']}`", "",
