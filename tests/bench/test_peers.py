@@ -23,7 +23,7 @@ import pytest
 from app.runtime.spec import SERVER, Options
 from app.settings import Settings
 from app.sizing import CpuBudget
-from bench import audit, client, configs, cost, figures, load, peers, runner, variant
+from bench import audit, client, configs, cost, figures, load, peers, quality, runner, variant
 from bench import corpus as corpus_mod
 
 TWO = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
@@ -174,19 +174,14 @@ def test_the_load_client_drives_kokoro_pi_through_the_adapter_and_keeps_one_take
 def test_a_peer_starts_is_measured_and_stops_like_a_configuration(tmp_path: Path) -> None:
     """A stand-in installed where fastkokoro's executable goes: started in its own cgroup with the command line and
     environment `bench.peers` gives it, ready on its own path, asked as a user asks, quiet, then stopped."""
-    venv = tmp_path / "venv"
-    (venv / "bin").mkdir(parents=True)
-    script = venv / "bin" / "fastkokoro"
-    script.write_text(f"#!{sys.executable}\n" + _FAKE_FASTKOKORO)
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    installed = _fake_fastkokoro(tmp_path)
     model, voices = tmp_path / "model.onnx", tmp_path / "voices.npz"
     model.write_bytes(b"x")
     voices.write_bytes(b"x")
     config = _by_name(TWO)["fastkokoro"]
-    installed = peers.Installed(peers.PEERS["fastkokoro"], venv, {"fastkokoro": "0.7.0"})
     server = peers.server(config, installed, model=model, voices=voices, work=tmp_path / "work",
                           log_path=tmp_path / "fk.log")
-    assert server.ready_path == "/health" and server.argv == [str(script)]
+    assert server.ready_path == "/health" and server.argv == [str(installed.executable("fastkokoro"))]
     with server:
         server.wait_ready(timeout_s=30)
         speech = client.speak(server.url, "Hello.", "af_heart")
@@ -212,7 +207,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        ok = self.path == "/v1/audio/speech" and body["response_format"] == "pcm" and body["stream"]
+        ok = self.path == "/v1/audio/speech" and body["response_format"] == "pcm"
         self.send_response(200 if ok else 400)
         self.send_header("Content-Length", str(len(PCM) if ok else 0))
         self.end_headers()
@@ -220,6 +215,33 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(PCM)
 HTTPServer((os.environ["FASTKOKORO_HOST"], int(os.environ["FASTKOKORO_PORT"])), Handler).serve_forever()
 '''.replace("PCM_BYTES", str(len(PCM)))
+
+
+def _fake_fastkokoro(tmp_path: Path) -> peers.Installed:
+    """fastkokoro's executable replaced by `_FAKE_FASTKOKORO` in a venv-shaped folder."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    script = venv / "bin" / "fastkokoro"
+    script.write_text(f"#!{sys.executable}\n" + _FAKE_FASTKOKORO)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return peers.Installed(peers.PEERS["fastkokoro"], venv, {"fastkokoro": "0.7.0", "onnxruntime": "1.32.0"})
+
+
+def test_quality_measures_a_peer_started_as_the_benchmark_starts_it(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench quality --peer``: the peer is served on the same model and voices and asked unstreamed on OpenAI's
+    route; its versions go into the results (installing is replaced by the stand-in)."""
+    installed = _fake_fastkokoro(tmp_path)
+    monkeypatch.setattr(peers, "install", lambda peer, root, log_path: installed)
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"x")
+    options = quality.Options(targets=(quality.Target("af_heart", None),), corpus=corpus_mod.DEFAULT, items=(),
+                              out=tmp_path / "out", cache_dir=tmp_path, command="", peer="fastkokoro")
+    with quality.serving(options, model, tmp_path / "work") as (url, info):
+        assert info["peer"] == "fastkokoro" and info["versions"]["fastkokoro"] == "0.7.0"
+        assert info["backend"] == "onnxruntime 1.32.0"
+        assert len(quality.speak(url, "Hello.", options.targets[0])) == len(PCM) // 2
+        assert quality._info(url) == {}  # no /v1/info on a peer
 
 
 def test_quiesce_waits_for_a_busy_process_tree_to_go_quiet() -> None:
