@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,7 +81,8 @@ class LiveServer:
 
 @contextmanager
 def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tuple[str, ...] = (),
-                options: Options | None = None, primary: bool = True, **settings: str) -> Iterator[LiveServer]:
+                options: Options | None = None, primary: bool = True, answers_500: bool = False,
+                **settings: str) -> Iterator[LiveServer]:
     """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
 
     ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
@@ -88,7 +90,11 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
     awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`): ready, its one
     engine serves. ``options``: run it as the benchmark runs a baseline (`bench.variant`). ``primary`` is ignored
     (it waited for the primary behind the ONNX Runtime bridge, which is gone): kept for the tests that still pass
-    it."""
+    it.
+
+    A 500 in the server's access log fails the test that ran it, at the end of the block (`assert_no_500`): every
+    error a client can cause or meet is a 4xx or a 503. ``answers_500``: a server that injects inference faults,
+    whose 500s are what its tests check."""
     port = free_port()
     # The shipped defaults, but for what a test names: the same request gives the same audio at any load, so no
     # default needs turning off for a test to compare responses byte for byte.
@@ -105,6 +111,19 @@ def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tupl
         yield server
     finally:
         stop(process)
+    if not answers_500:
+        assert_no_500(server)
+
+
+ACCESS_500 = re.compile(r'^.*uvicorn\.access: .*" 500$', re.MULTILINE)
+"""An access-log line (uvicorn's, as the server logs it) whose status is 500."""
+
+
+def assert_no_500(server: LiveServer) -> None:
+    """No request to ``server`` was answered 500 (its access log, read after it stopped: the status of every response,
+    which the clients of tests that ignore it would not show)."""
+    found = ACCESS_500.findall(server.log_path.read_text(errors="replace"))
+    assert not found, f"the server answered 500 ({server.log_path}):\n" + "\n".join(found[:10])
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

@@ -60,3 +60,20 @@ def test_few_tests_read_log_text() -> None:
 def test_few_tests_set_private_attributes() -> None:
     found = private_sets()
     assert len(found) <= MAX_PRIVATE_SETS, f"{len(found)} private attributes set (at most {MAX_PRIVATE_SETS}): {found}"
+
+
+def test_a_500_in_a_live_servers_access_log_fails_its_test(tmp_path: Path) -> None:
+    """The check `tests.conftest.live_server` runs when a server stops: a 500 fails, a 503 (not ready, shutting
+    down) does not."""
+    import pytest
+
+    from tests.conftest import LiveServer, assert_no_500
+
+    log = tmp_path / "server.log"
+    served = LiveServer("http://127.0.0.1:1", None, log)  # type: ignore[arg-type]
+    line = '2026-12-06 13:27:42,372 INFO uvicorn.access: 127.0.0.1:45344 - "{} HTTP/1.1" {}\n'
+    log.write_text(line.format("GET /readyz", 503) + line.format("POST /v1/audio/speech", 200))
+    assert_no_500(served)
+    log.write_text(log.read_text() + line.format("POST /v1/audio/speech", 500))
+    with pytest.raises(AssertionError, match="answered 500"):
+        assert_no_500(served)

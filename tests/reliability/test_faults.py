@@ -73,8 +73,9 @@ def in_namespace(setup: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def faulty(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    # Its injected inference errors answer 500 (what the tests below check), so its log may hold them.
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), module="tests.reliability.faulty_app", streams="1",
-                     max_requests="3", quiet_window_s="0", backend=SPEECH_BACKEND) as s:
+                     max_requests="3", quiet_window_s="0", backend=SPEECH_BACKEND, answers_500=True) as s:
         yield s
 
 
