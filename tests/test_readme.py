@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
+
+from app.settings import documented
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -46,3 +50,39 @@ def test_cited_results_are_in_the_tree() -> None:
             if not (ROOT / "bench" / "results" / cited).exists():
                 missing.append(f"{page.relative_to(ROOT)}: bench/results/{cited}")
     assert missing == [], f"cited but not in bench/results/: {sorted(set(missing))}"
+
+
+MANIFESTS = [ROOT / "deploy" / "cloudrun" / "service.yaml", ROOT / "deploy" / "knative" / "service.yaml"]
+
+
+def test_the_readme_deploy_figures_are_the_manifests() -> None:
+    """The README's CPUs, memory and requests at a time per instance are what both manifests say."""
+    found = re.search(r"with (\d+) vCPUs\s+and (\d+) MiB, at most (\d+) requests at a time", README.read_text())
+    assert found, "README.md's Deploy section no longer states 'with N vCPUs and M MiB, at most K requests at a time'"
+    cpus, memory, concurrency = found.groups()
+    for path in MANIFESTS:
+        spec = yaml.safe_load(path.read_text())["spec"]["template"]["spec"]
+        limits = spec["containers"][0]["resources"]["limits"]
+        assert (limits["cpu"], limits["memory"], str(spec["containerConcurrency"])) == (
+            cpus, f"{memory}Mi", concurrency), path.relative_to(ROOT)
+
+
+def test_the_readme_settings_are_the_servers() -> None:
+    """Every variable the README's settings table lists is one `app.settings` reads, with its default."""
+    rows = re.findall(r"^\| `(TTS_\w+)` \| ([^|]+) \|", README.read_text(), re.MULTILINE)
+    assert len(rows) >= 8, "README.md's settings table is missing"
+    defaults = {name: default for name, default, _ in documented()}
+    spelled = {"empty": "", "unset": "None"}
+    for name, shown in rows:
+        assert name in defaults, f"README.md lists {name}, which app/settings.py does not read"
+        shown = spelled.get(shown.strip(), shown.strip().strip("`"))
+        assert shown == defaults[name] or _number(shown) == _number(defaults[name]) is not None, (
+            name, shown, defaults[name])
+
+
+def _number(text: str) -> float | None:
+    """``45`` and ``45.0`` alike; None for what is not a number."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
