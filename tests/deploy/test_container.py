@@ -1,8 +1,9 @@
 """Build the image and run it the way the Cloud Run manifest does, then check it from outside.
 
-Needs podman (``../shared/container/podman-setup.sh WORKDIR`` on the CI machine, with its exports)
-and a local base image: ``TTS_CONTAINER_BASE`` (default ``localhost/debian-python:bookworm``, which
-that script builds; no registry is reachable here). The container gets the manifest's CPU and
+Needs podman (``../shared/container/podman-setup.sh WORKDIR`` on the CI machine, with its exports) and a base
+image: ``TTS_CONTAINER_BASE`` where set (it must then be present or pullable: CI sets the local one that script
+builds, as no registry is reachable there), else the Containerfile's own default (``ARG BASE``), used where it is
+present or can be pulled; without one the tests skip, saying why. The container gets the manifest's CPU and
 memory limits, a read-only root filesystem with a tmpfs ``/tmp``, and ``PORT`` set to a
 non-default port. The figures it measures (image size, cold start to first audio, container memory
 warm/peak/released) go to ``TTS_CONTAINER_REPORT`` (default ``var/container-report.json``).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -33,12 +35,23 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/kokoro-tts:test"
-BASE = os.environ.get("TTS_CONTAINER_BASE", "localhost/debian-python:bookworm")
+BASE_SET = os.environ.get("TTS_CONTAINER_BASE", "")
+"""The base image named for this run; empty: the Containerfile's default."""
 PIP_CERT = Path("/etc/ssl/certs/ca-certificates.crt")
 CONTEXT = Path(os.environ.get("TTS_CONTAINER_CONTEXT", ROOT))
 """The build context (a checkout); another one lets CI build a candidate tree with this test."""
 REPORT = Path(os.environ.get("TTS_CONTAINER_REPORT", ROOT / "var" / "container-report.json"))
 SETUP = 'eval "$(../shared/container/podman-setup.sh /tmp/podman-work)" first (as .ci/run does)'
+
+
+def containerfile_base() -> str:
+    """The Containerfile's default base image (its ``ARG BASE=...``)."""
+    found = re.search(r"^ARG BASE=(\S+)$", (CONTEXT / "Containerfile").read_text(), re.MULTILINE)
+    assert found, "the Containerfile has no default base (ARG BASE=...)"
+    return found.group(1)
+
+
+BASE = BASE_SET or containerfile_base()
 PORT = 9090  # not the image's 8080: the server must take it from PORT, as Cloud Run sets it
 QUIET_WINDOW_S = 20
 TEXT = ("The container starts from a compile cache baked into its image, so the first request is "
@@ -79,8 +92,10 @@ def image(report: Report) -> str:
     require(shutil.which("podman") is not None, f"podman is not installed: {SETUP}")
     require(podman("info", check=False, timeout=60).returncode == 0, f"podman does not work here: {SETUP}",
             provided=True)
-    require(podman("image", "exists", BASE, check=False).returncode == 0,
-            f"base image {BASE} is not present locally (set TTS_CONTAINER_BASE, or run podman-setup.sh)", provided=True)
+    require(base_present(), f"base image {BASE} ({'TTS_CONTAINER_BASE' if BASE_SET else 'the Containerfile default'}) "
+            f"is neither present here nor pullable" + ("" if BASE_SET else
+            "; set TTS_CONTAINER_BASE to a local one (../shared/container/podman-setup.sh builds one)"),
+            provided=bool(BASE_SET))
     # TUNE=0: the engine tuner adds about 3 minutes to a build on 2 vCPUs, more than the suite can spend; it is
     # tested on its own (tests/app/tune/test_tuning.py), and the image then serves OpenVINO (no manifest).
     args = ["build", "--build-arg", f"BASE={BASE}", "--build-arg", "TUNE=0", "-t", IMAGE, "-f", "Containerfile"]
@@ -92,6 +107,16 @@ def image(report: Report) -> str:
     size = int(podman("image", "inspect", IMAGE, "--format", "{{.Size}}").stdout.strip())
     report.add(image_build_s=round(time.monotonic() - started, 1), image_size_bytes=size)
     return IMAGE
+
+
+def base_present() -> bool:
+    """The base image is here, or pulled now (a registry reachable within two minutes)."""
+    if podman("image", "exists", BASE, check=False).returncode == 0:
+        return True
+    try:
+        return podman("pull", "--quiet", BASE, check=False, timeout=120).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 @dataclass
