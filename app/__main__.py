@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import logging
 import os
 import signal
@@ -59,8 +60,18 @@ def main(argv: list[str] | None = None, options: Options | None = None) -> int:
         # class on record; where a local tuning picks OpenVINO, the child imports ONNX Runtime for nothing).
         runtime = "openvino" if settings.backend == "openvino" else "onnxruntime"
         early.start(proxy.ProcessRuntime.child_module if proxy is not None else early.CHILD_MODULE, (runtime,))
-        early.prepare(settings, options)  # what it loads first, sent now: it loads while the server imports
+        # What it loads first, sent now: it loads while the server imports.
+        early.prepare(functools.partial(_served_spec, settings, options))
     return _serve(settings, options)
+
+
+def _served_spec(settings: Settings, options: Options | None) -> Any:
+    """The `Spec` the server will serve from ``settings`` (`app.served`), for the inference process started early."""
+    from app import served
+    from app.runtime.spec import SERVER
+    from app.sizing import read_budget
+
+    return served.resolve(settings, read_budget(), options or SERVER).spec
 
 
 def server_config(settings: Settings, app: Any) -> uvicorn.Config:

@@ -52,6 +52,49 @@ def test_serving_and_the_model_forms_know_nothing_of_tuning() -> None:
             assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of app/ and lifecycle/ and the modules of theirs it imports, anywhere in its body (an import in a
+    function is a dependency all the same): ``from app import served`` names ``app.served``."""
+    paths = {module_name(p): p for package in ("app", "lifecycle") for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found = set()
+        for imported in imports(path) | _names_from(path):
+            parts = imported.split(".")
+            known = [".".join(parts[:i]) for i in range(len(parts), 0, -1) if ".".join(parts[:i]) in paths]
+            if known:
+                found.add(known[0])  # the module itself, or the package a name is imported from
+        graph[name] = found - {name}
+    return graph
+
+
+def test_the_runtime_and_the_pool_reach_nothing_above_them() -> None:
+    """No chain of imports leads from app/runtime/ or app/pool/ up to tuning, what is served, or HTTP: they are
+    the layers those stand on (`app.runtime.early` is handed what is served by ``python -m app``)."""
+    graph = import_graph()
+    above = ("app.tune", "app.served", "app.http")
+    for start in sorted(m for m in graph if m.startswith(("app.runtime", "app.pool"))):
+        came_from: dict[str, str] = {start: ""}
+        queue = [start]
+        while queue:
+            module = queue.pop(0)
+            for imported in sorted(graph[module] - came_from.keys()):
+                came_from[imported] = module
+                queue.append(imported)
+        for reached in came_from:
+            if reached == start or not any(reached == a or reached.startswith(a + ".") for a in above):
+                continue
+            chain = [reached]
+            while came_from[chain[-1]]:
+                chain.append(came_from[chain[-1]])
+            raise AssertionError(f"{start} reaches {reached}: {' -> '.join(reversed(chain))}")
+
+
 def test_bench_load_talks_to_the_server_over_http_only() -> None:
     """The load generator is a user: it may not reach into the server. (The in-process ceiling
     and the output checks import the engine on purpose, to measure the runtime without HTTP.)"""

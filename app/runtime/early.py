@@ -20,6 +20,7 @@ import os
 import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -81,23 +82,21 @@ def take(module: str) -> Spawned | None:
     return None
 
 
-def prepare(settings: Any, options: Any = None) -> None:
-    """Resolve what is served from ``settings`` and ``options`` (`app.served`; None: the server's) and send the
-    started process its `Spec` and its first load. Anything that fails here is left to the server's own start,
-    which resolves the same and raises it there (the process then gets its Spec the usual way)."""
+def prepare(resolve: Callable[[], Any]) -> None:
+    """Send the started process the `Spec` ``resolve`` returns (what is served: ``python -m app`` resolves it with
+    `app.served`, which this module does not import: the runtime knows nothing of tuning) and its first load.
+    Anything that fails here is left to the server's own start, which resolves the same and raises it there (the
+    process then gets its Spec the usual way)."""
     spawned = _early
     if spawned is None:
         return
     try:
-        from app import served
         from app.runtime import messages
-        from app.runtime.spec import SERVER
-        from app.sizing import read_budget
 
         # Quiet: the server's own start resolves the same again and logs it (once, and formatted as it says).
         logging.disable(logging.WARNING)
         try:
-            spec = served.resolve(settings, read_budget(), options or SERVER).spec
+            spec = resolve()
         finally:
             logging.disable(logging.NOTSET)
         data = pickle.dumps(spec)
