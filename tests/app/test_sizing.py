@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from app.sizing import CpuBudget, read_quota, shape_for
 
 
@@ -58,10 +56,9 @@ def test_the_pool_never_asks_for_more_threads_than_the_cpus() -> None:
     assert shape_for(CpuBudget(8, 8, 8, None), threads_per_stream=4).threads == 8
 
 
-def test_more_streams_than_cpus_get_one_thread_each_and_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_more_streams_than_cpus_get_one_thread_each() -> None:
     shape = shape_for(CpuBudget(2, 2, 2, None), streams=3, threads_per_stream=2)
     assert (shape.streams, shape.threads_per_stream) == (3, 1)
-    assert "TTS_STREAMS above 2 still oversubscribes" in caplog.text
 
 
 def test_cgroup_v2_cpu_max(tmp_path: Path) -> None:
