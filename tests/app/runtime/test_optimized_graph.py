@@ -211,8 +211,8 @@ def test_a_baked_cache_that_is_the_writable_one_holds_no_baked_graphs(tmp_path: 
 def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
         cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`python -m app.tune.build --prune-forms` (the Containerfile's tuning step): the forms the tuning run made
-    but the tuned server never opens leave the image, with ONNX Runtime's graphs of them; the chosen form, its
-    graphs and every other graph stay."""
+    that no server opens leave the image, with ONNX Runtime's graphs of them; the chosen form, the forms a server on
+    another CPU class opens (the shipped manifests', the portable default's) and their graphs stay."""
     import json
 
     import onnxruntime
@@ -248,33 +248,23 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
         return saved
 
     convgemm = fake_form(store.CONVGEMM, {store.ONNX_MODEL: b"a convgemm graph"})
+    fused = fake_form(store.FUSED, {store.ONNX_MODEL: b"a fused graph"})
     dequant = fake_form(store.DEQUANT, {store.MODEL: b"<xml/>", "model.bin": b"weights"})
+    dequant16 = fake_form(store.DEQUANT16, {store.MODEL: b"<xml/>", "model.bin": b"weights"})
     convgemm_graphs = fake_graphs(convgemm / store.ONNX_MODEL)
     shipped_graph = graphs / "kokoro-v1.0.int8.timed-1-2-ort1.0-avx2.onnx"
     shipped_graph.write_bytes(b"graph")
 
-    def tune(form: str, cpus: int) -> None:
-        choice = manifest.Candidate("onnxruntime", "f32", 1, cpus, form=form)
-        manifest.write(baked, manifest.Manifest(key=manifest.TuneKey.here(cpus, digest), choice=choice,
-                                            why=f"{form} 1 x {cpus}", table=[]))
-
     monkeypatch.setenv("TTS_BAKED_CACHE_DIR", str(baked))
     monkeypatch.setenv("TTS_CACHE_DIR", str(cache_dir))
-    # Tuned for one CPU (the Containerfile's TUNE_CPUS) on a machine of more: resolved for this machine's budget no
-    # manifest applies and every form would look unused, so none is removed; resolved for the tuning's, as the
-    # image's server will, the unused one goes.
-    tune(store.CONVGEMM, 1)
-    if read_budget().cpus > 1:
-        assert main(["--prune-forms"]) == 0
-        assert dequant.is_dir() and convgemm.is_dir()
-    assert main(["--prune-forms", "--cpus", "1"]) == 0
-    assert not dequant.exists() and convgemm.is_dir() and all(g.is_file() for g in convgemm_graphs)
-    assert shipped_graph.is_file()
-    # Chosen the file as shipped (no form), the convgemm form and its graphs, portable and packed, leave too.
-    tune(store.ONNX, read_budget().cpus)
+    choice = manifest.Candidate("openvino", "bf16", read_budget().cpus, 1, form=store.DEQUANT16)
+    manifest.write(baked, manifest.Manifest(key=manifest.TuneKey.here(read_budget().cpus, digest), choice=choice,
+                                            why="dequant16 was fastest", table=[]))
     assert main(["--prune-forms"]) == 0
-    assert not convgemm.exists() and not any(g.exists() for g in convgemm_graphs)
-    assert sorted(graphs.iterdir()) == [shipped_graph] and not list((baked / "forms").glob("*/*"))
+    # The tuned choice's form stays, and so do the fused form (the portable default) and the convgemm form (a shipped
+    # manifest's, for AMD with AVX2) with their graphs; the form nothing opens goes.
+    assert dequant16.is_dir() and fused.is_dir() and convgemm.is_dir() and all(g.is_file() for g in convgemm_graphs)
+    assert not dequant.exists() and shipped_graph.is_file()
 
 
 def test_a_held_session_serves_the_next_load_at_once_and_every_slot_speaks_the_same(model: Path,
