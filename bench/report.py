@@ -172,8 +172,7 @@ def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
         if record.get("inferences_by_backend"):
             parts += [f"Inferences by backend over the complete system's life (`/v1/info`): "
                       f"{json.dumps(record['inferences_by_backend'])}; serving with `{record.get('active_backend')}` "
-                      "after the last cycle. Under an OpenVINO primary the first requests after a release are served "
-                      "by the ONNX Runtime bridge while OpenVINO loads behind it.", ""]
+                      "after the last cycle.", ""]
         cycles = record["cycles"]
         shown = cycles if len(cycles) <= 12 else cycles[:10] + cycles[-2:]
         parts += [_table(["cycle", "billable after release, MiB", "of which cgroup", "of which shared libraries",
