@@ -5,7 +5,7 @@ A voice agent's socket (`app.http.elevenlabs`, `app.wyoming`) cuts the text it r
 empty, so an idle socket neither takes an admission place nor keeps the instance warm (the lifecycle's quiet window
 counts speech in flight, not open sockets). When a segment comes it is admitted like a request (`Overloaded` at once
 past capacity, never a silent wait), holds the state warm (restoring it if it was released) and keeps one playback
-clock for as long as segments follow each other without a gap, so a listener's later segments are scheduled by when
+clock for as long as segments follow each other within `GAP_S`, so a listener's later segments are scheduled by when
 it would run out of audio, like the later chunks of one request.
 
 Each segment is planned on its own (`app.engine.Engine.plan`); the first of an utterance starts with the usual small
@@ -32,6 +32,12 @@ from app.services import Services
 from app.text import chunker
 
 log = logging.getLogger(__name__)
+
+GAP_S = 2.0
+"""How long a context that has spoken waits for its next segment before it lets go of its admission place, the warm
+hold and its playback clock. A reply's text comes at the writer's pace: its next sentence is usually there within a
+second, and a new clock would make that sentence a new listener's first (held for real-time capacity where the pool
+is busy: the listener would stall mid-reply)."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +75,10 @@ async def speak(svc: Services, queue: asyncio.Queue[Segment | None], voice: str,
                 with svc.pool.playback() as clock:
                     while segment is not None:
                         await _say(svc, segment, voice, speed, lang, clock, emit)
-                        if queue.empty():
-                            break  # a gap: admission and the warm hold are let go until the next segment
-                        segment = queue.get_nowait()
+                        try:
+                            segment = await asyncio.wait_for(queue.get(), GAP_S)
+                        except TimeoutError:
+                            break  # a pause: admission and the warm hold are let go until the next segment
                         if segment is None:
                             return
 

@@ -46,6 +46,7 @@ TOKEN_CHARS = 4
 """Characters per language-model token (English averages about four)."""
 TURN_GAP_S = 1.0
 """The user's turn: seconds between a reply's audio played out and the next reply's first text."""
+KEEP_ALIVE_S = 10.0
 BYTES_PER_S = 48000
 """pcm_24000: 16-bit samples at 24 kHz."""
 _CLAUSE = re.compile(r"[,;:—.!?…]+[\"')\]]*\s")
@@ -154,7 +155,13 @@ async def _session(url: str, k: int, texts: list[str], voice: str, rate: float, 
                 message = json.loads(raw)
                 inboxes.setdefault(str(message.get("contextId")), asyncio.Queue()).put_nowait(message)
 
+        async def keep_alive() -> None:  # as Pipecat does: the socket closes after inactivity_timeout (20 s)
+            while True:
+                await asyncio.sleep(KEEP_ALIVE_S)
+                await ws.send(json.dumps({"text": ""}))
+
         reader = asyncio.create_task(read())
+        pinger = asyncio.create_task(keep_alive())
         n = 0
         while time.monotonic() < until:
             cid = f"s{k}r{n}"
@@ -163,6 +170,7 @@ async def _session(url: str, k: int, texts: list[str], voice: str, rate: float, 
             replies.append(await _reply(ws, cid, texts[(k + n) % len(texts)], rate, barge, inboxes[cid], TURN_GAP_S))
             n += 1
         reader.cancel()
+        pinger.cancel()
         await ws.send(json.dumps({"close_socket": True}))
     return replies
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
+from app import utterance
 from app.http.server import create_app
 from app.settings import Settings
 from tests.app.http.fake import FakeRuntime, fake_engine
@@ -73,13 +75,18 @@ def test_a_context_past_capacity_gets_an_error_not_a_stall(setup: tuple[TestClie
         runtime.gate = None
 
 
-def test_an_idle_socket_holds_nothing_and_its_next_text_restores(setup: tuple[TestClient, FakeRuntime]) -> None:
+def test_an_idle_socket_holds_nothing_and_its_next_text_restores(setup: tuple[TestClient, FakeRuntime],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     client, _ = setup
+    monkeypatch.setattr(utterance, "GAP_S", 0.0)  # let go as soon as the queue is empty
     with client.websocket_connect("/v1/text-to-speech/af_heart/multi-stream-input", headers=KEY) as ws:
         ws.send_json({"text": "First. ", "context_id": "a"})
         assert ws.receive_json()["audio"]
         ws.send_json({"text": "", "context_id": "a"})  # keep-alive
-        assert client.get("/v1/lifecycle", headers={"Authorization": "Bearer secret"}).json()["in_flight"] == 0
+        deadline = time.monotonic() + 5
+        while client.get("/v1/lifecycle", headers={"Authorization": "Bearer secret"}).json()["in_flight"]:
+            assert time.monotonic() < deadline, "an idle socket still holds the instance warm"
+            time.sleep(0.01)
         released = client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer admin"}).json()
         assert released["released"] is True and released["state"] == "released"
         ws.send_json({"text": "Second. ", "context_id": "a"})
