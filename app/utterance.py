@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio.to_thread
@@ -30,6 +31,7 @@ from app.errors import InvalidInput, Unavailable
 from app.pool import Playback
 from app.services import Services
 from app.text import chunker
+from lifecycle.manager import NotReady
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ async def speak(svc: Services, queue: asyncio.Queue[Segment | None], voice: str,
         if svc.draining:
             raise Unavailable("the server is shutting down")
         with svc.pool.admit():
-            async with svc.lifecycle.in_use():
+            async with _warm(svc):
                 with svc.pool.playback() as clock:
                     while segment is not None:
                         await _say(svc, segment, voice, speed, lang, clock, emit)
@@ -81,6 +83,16 @@ async def speak(svc: Services, queue: asyncio.Queue[Segment | None], voice: str,
                             break  # a pause: admission and the warm hold are let go until the next segment
                         if segment is None:
                             return
+
+
+@asynccontextmanager
+async def _warm(svc: Services) -> AsyncIterator[None]:
+    """`LifecycleManager.in_use`, its NotReady (the model could not be loaded) told as `Unavailable`."""
+    try:
+        async with svc.lifecycle.in_use():
+            yield
+    except NotReady as exc:
+        raise Unavailable(f"the model could not be loaded: {exc}") from exc
 
 
 async def _say(svc: Services, segment: Segment, voice: str, speed: float, lang: str | None, clock: Playback,

@@ -128,6 +128,9 @@ class Handler(AsyncEventHandler):
             await speak(self.svc, self._queue, voice, 1.0, self._emit)
         except ServiceError as exc:
             await self._error(exc)
+        except Exception:
+            log.exception("wyoming synthesis failed")
+            await self.write_event(Error(text="internal error", code="internal_error").event())
         finally:
             if self._segment is not None:
                 self._segment = None

@@ -164,14 +164,15 @@ class _Context:
                 await session.send({"audio": base64.b64encode(tail).decode("ascii"), "alignment": None,
                                     "normalizedAlignment": None}, self)
             await session.send({"isFinal": True}, self)
-        except ServiceError as exc:
-            log.info("context %r ended: %s", self.id, exc)
-            await session.error(str(exc), exc.code, self)
-            await session.send({"isFinal": True}, self)
-            if not session.multi:
-                session.close_code = 1013 if exc.code in ("overloaded", "unavailable") else 1011
         except WebSocketDisconnect:
             pass
+        except Exception as exc:  # told to this context alone, never a silent stall; the socket's others go on
+            code = exc.code if isinstance(exc, ServiceError) else "internal_error"
+            log.log(logging.INFO if code != "internal_error" else logging.ERROR, "context %r ended: %r", self.id, exc)
+            await session.error(str(exc) if code != "internal_error" else "internal error", code, self)
+            await session.send({"isFinal": True}, self)
+            session.close_code = session.close_code if session.multi else 1013 if code in ("overloaded",
+                                                                                          "unavailable") else 1011
         finally:
             if session.contexts.get(self.id) is self:
                 del session.contexts[self.id]
@@ -269,7 +270,8 @@ async def _read(session: _Session) -> None:
             done, _ = await asyncio.wait({receiving, finished}, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
             finished.cancel()
             if receiving not in done:
-                if loop.time() - session.last_activity >= inactivity and not _speaking(session):
+                if loop.time() - session.last_activity >= inactivity and not any(
+                        not c.queue.empty() for c in session.contexts.values()):
                     raise _Refused(f"no text for {inactivity:g} s (inactivity_timeout); closing",
                                    "input_timeout_exceeded")
                 continue
@@ -293,10 +295,6 @@ async def _read(session: _Session) -> None:
     finally:
         if receiving is not None:
             receiving.cancel()
-
-
-def _speaking(session: _Session) -> bool:
-    return any(not c.queue.empty() for c in session.contexts.values())
 
 
 async def _handle(session: _Session, message: dict[str, Any]) -> bool:
