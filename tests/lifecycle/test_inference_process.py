@@ -108,11 +108,13 @@ def test_a_crashed_inference_process_fails_the_requests_in_flight_and_the_next_o
     time.sleep(1.0)
     (child,) = live_children(server)
     os.kill(child.pid, signal.SIGKILL)
-    thread.join(60)
+    # A request killed before its first audio is asked again of a fresh process: the restore (about 5 s here under
+    # load), then its whole stream, which the pool plays out at about real time (LONG is about 40 s of audio).
+    thread.join(120)
     assert not thread.is_alive()
     # The stream in flight fails visibly (a chunked body cut short), or, where it had sent no byte yet, it is asked
-    # again of a fresh process and served (tests/reliability/test_disposable.py).
-    assert "error" in outcome or outcome.get("status") == 200, outcome
+    # again of a fresh process and served whole (tests/reliability/test_disposable.py).
+    assert "error" in outcome or (outcome.get("status") == 200 and outcome.get("bytes", 0) > 0), outcome
 
     after = speak(server, "Short and sweet.")
     assert after == short  # OpenVINO again, in a fresh process: the same bytes
