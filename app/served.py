@@ -55,9 +55,11 @@ def resolve(settings: Settings, budget: CpuBudget, options: Options = SERVER) ->
                                    streams=choice.streams, threads_per_stream=choice.threads_per_stream)
     source_path = model_path
     read_only = [settings.baked_cache_dir, settings.cache_dir]
-    if choice.source in ("default", "class") and choice.form in store.ONNXRUNTIME_ONLY:
-        # A form chosen on another machine (or on none): checked here once before it serves (`app.tune.portable`).
-        model_path, served_form = portable.form_path(model_path, writable, digest, read_only, choice.form)
+    if choice.source != "forced" and choice.form in store.ONNXRUNTIME_ONLY:
+        # A form chosen on another machine (or on none) is checked here once before it serves; one that cannot be
+        # made leaves the model file serving rather than the server down (`app.tune.portable`).
+        model_path, served_form = portable.form_path(model_path, writable, digest, read_only, choice.form,
+                                                     check=choice.source != "tuned")
         choice = dataclasses.replace(choice, reason=f"{choice.reason}; serving {served_form}",
                                      form=choice.form if model_path != source_path else store.ONNX)
     else:

@@ -39,15 +39,18 @@ def candidate(cpus: int) -> Candidate:
 
 
 def form_path(model_path: Path, writable: Path, digest: str, read_only: Sequence[Path | None],
-              form: str = FORM) -> tuple[Path, str]:
+              form: str = FORM, *, check: bool = True) -> tuple[Path, str]:
     """The file to serve ``form`` (one ONNX Runtime runs) from, checked, and why; the model itself where the form cannot
-    be made or fails the check. Also how a form that a manifest made on another CPU of this class names is served:
-    the tuner checked it there, not here."""
+    be made (a model without what it rewrites; a container whose memory limit the making exceeds) or fails the check.
+    Also how a form that a manifest made on another CPU of this class names is served: the tuner checked it there,
+    not here. ``check``: False for a form the tuner checked on this very CPU."""
     try:
         made = store.path(form, model_path, writable, digest, read_only=read_only)
     except (RuntimeError, ValueError) as exc:
         log.warning("engine: the %s form could not be made (%s); serving the model file itself", form, exc)
         return model_path, f"the {form} form could not be made ({exc}), so the model file itself"
+    if not check:
+        return made, f"the {form} form"
     verdict = store.checked(made, writable) or _check_isolated(model_path, made, writable)
     if not verdict.get("passed"):
         log.warning("engine: the %s form failed the output check (%s); serving the model file itself", form, verdict)

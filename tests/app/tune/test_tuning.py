@@ -295,3 +295,21 @@ def test_a_cpu_no_manifest_covers_gets_the_portable_default(tmp_path: Path, cach
     reason = info["engine"]["reason"]  # as the start log says it
     assert reason.startswith("no tuning manifest for this CPU") and f"{written.name}: made for " in reason
     assert "serving the portable default" in reason and "output check passed" in reason
+
+
+def test_a_form_that_cannot_be_made_leaves_the_model_file_serving(tmp_path: Path) -> None:
+    """A model the fused form cannot be made from (here a float graph with no quantized convolution) is served as it
+    is, saying why, whether the form was to be checked (chosen elsewhere) or not (tuned here): the server starts."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from app.tune import portable
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "float",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = tmp_path / "float.onnx"
+    onnx.save(helper.make_model(graph), str(model))
+    for check in (True, False):
+        served, why = portable.form_path(model, tmp_path / "cache", "ef" * 32, [], check=check)
+        assert served == model and why.startswith("the fused form could not be made")
