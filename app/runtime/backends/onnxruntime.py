@@ -40,6 +40,7 @@ from app.forms import timed
 from app.runtime import cpu
 from app.runtime.backends.base import Inference, Resolved, last_line, package_dirs
 from app.sizing import PoolShape
+from lifecycle import pagecache
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class OnnxRuntimeBackend:
         if held:
             # A restore: the request waiting on it runs on the held session while the others open (`infer_timed`
             # waits for a slot's own session), and its weights are read back from disk in one sweep meanwhile.
-            _read_ahead(_data_files(self._opened) if self._opened is not None else [])
+            pagecache.read_ahead(_data_files(self._opened) if self._opened is not None else [])
             pool = ThreadPoolExecutor(max(1, count - len(held)), thread_name_prefix="ort-open")
             opening = [pool.submit(self._sized_session, ort) for _ in range(count - len(held))]
             pool.shutdown(wait=False)
@@ -284,21 +285,6 @@ def saved_graphs(model_path: Path, folder: Path) -> list[Path]:
     prefix = graph_prefix(model_path)
     graphs = [p for p in folder.iterdir() if p.name.startswith(prefix) and p.suffix == ".onnx"]
     return [*graphs, *(d for g in graphs for d in _data_files(g))]
-
-
-def _read_ahead(files: list[Path]) -> None:
-    """Ask the kernel to read ``files`` into the page cache in the background (``POSIX_FADV_WILLNEED``)."""
-    for path in files:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
 
 def _data_files(graph: Path) -> list[Path]:
