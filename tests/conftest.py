@@ -81,16 +81,14 @@ class LiveServer:
 
 @contextmanager
 def live_server(cache: Path, log_dir: Path, *, module: str = "app", prefix: tuple[str, ...] = (),
-                options: Options | None = None, primary: bool = True, answers_500: bool = False,
+                options: Options | None = None, answers_500: bool = False,
                 **settings: str) -> Iterator[LiveServer]:
     """``python -m app`` in a subprocess with ``TTS_*`` settings; stopped with SIGTERM afterwards.
 
     ``module`` runs another entry point (a fault-injecting wrapper); ``prefix`` comes before the
     interpreter (a command that sets up a namespace, then execs it, keeping the pid). Started and
     awaited as the benchmark starts its servers (`bench.server.launch`, `bench.server.wait_ready`): ready, its one
-    engine serves. ``options``: run it as the benchmark runs a baseline (`bench.variant`). ``primary`` is ignored
-    (it waited for the primary behind the ONNX Runtime bridge, which is gone): kept for the tests that still pass
-    it.
+    engine serves. ``options``: run it as the benchmark runs a baseline (`bench.variant`).
 
     A 500 in the server's access log fails the test that ran it, at the end of the block (`assert_no_500`): every
     error a client can cause or meet is a 4xx or a 503. ``answers_500``: a server that injects inference faults,

@@ -25,7 +25,7 @@ from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 def wyoming(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LiveServer, int]]:
     port = free_port()
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), backend=SPEECH_BACKEND, quiet_window_s="0",
-                     primary=False, wyoming_port=str(port)) as server:
+                     wyoming_port=str(port)) as server:
         yield server, port
 
 
@@ -89,7 +89,7 @@ def test_shutdown_closes_sockets_and_wyoming_clients_cleanly(cache_dir: Path, tm
     from websockets.sync.client import connect
 
     port = free_port()
-    with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0", primary=False,
+    with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0",
                      wyoming_port=str(port)) as server:
         async def wyoming_ends() -> bool:
             async with AsyncTcpClient("127.0.0.1", port) as client:

@@ -32,7 +32,7 @@ LONG = " ".join(f"Sentence number {i} keeps this stream going for a while." for 
 def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     # ONNX Runtime: a restore loads the same form again, so audio after a kill is the audio before it, byte for byte.
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="0", backend=SPEECH_BACKEND,
-                     max_requests="8", primary=False) as s:
+                     max_requests="8") as s:
         yield s
 
 
