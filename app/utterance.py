@@ -20,14 +20,15 @@ import asyncio
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
 import anyio.to_thread
 
+from app import retry
 from app.audio import SAMPLE_RATE
 from app.engine import Plan, Spoken
-from app.errors import InvalidInput, Unavailable
+from app.errors import InferenceFailed, InvalidInput, Unavailable
 from app.pool import Playback
 from app.services import Services
 from app.text import chunker
@@ -104,12 +105,18 @@ async def _say(svc: Services, segment: Segment, voice: str, speed: float, lang: 
         if exc.code == "empty_input":
             return  # punctuation alone ("…"): nothing to say
         raise
-    chunks = svc.engine.stream_timed(planned, clock)
     offset = 0
-    try:
-        async for spoken in chunks:
-            await emit(segment, spoken, offset)
-            offset += len(spoken.audio)
-    finally:
-        await chunks.aclose()
-        svc.metrics.audio_seconds.inc(offset / SAMPLE_RATE)
+    async with AsyncExitStack() as stack:
+        try:
+            first, chunks = await retry.first_chunk(svc, planned, stack, clock)
+            await emit(segment, first, offset)
+            offset += len(first.audio)
+            async for spoken in chunks:
+                await emit(segment, spoken, offset)
+                offset += len(spoken.audio)
+        except InferenceFailed:
+            if offset:
+                svc.metrics.requests.labels("cut").inc()  # its client is told (the caller's error message)
+            raise
+        finally:
+            svc.metrics.audio_seconds.inc(offset / SAMPLE_RATE)

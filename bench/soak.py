@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import itertools
 import json
 import random
 import sys
@@ -27,12 +28,14 @@ from typing import Any
 
 import httpx
 
-from bench import client, meter, variant
+from app.settings import Settings
+from bench import client, faults, meter, variant
 from bench.configs import ServerConfig
 from bench.server import Server
 from lifecycle import pagecache, proctree
 
 MB = 1024 * 1024
+MAX_INPUT_CHARS = Settings.max_input_chars
 ADMIN_TOKEN = "soak-admin"
 PHONEMES = ("ðə kwˈɪk bɹˈWn fˈɑks ʤˈʌmps ˌOvəɹ ðə lˈAzi dˈɔɡ, wˌIl ðə kəmˈɪti ɹəvjˈuz ɪts kwˈɔɹtəɹli bˈʌʤɪt; "
             "ænd nˈObədi ɪn ðə bˈɪldɪŋ sˈimz tə nˈOtɪs ðə ɹˈAn ðæt hæz bˌɪn fˈɔlɪŋ sˈɪns ˈɜɹli ðɪs mˈɔɹnɪŋ. ")
@@ -59,6 +62,19 @@ class SoakOptions:
     backend: str = "openvino"
     """``TTS_BACKEND`` of the soaked server: ``openvino``, ``onnxruntime`` or ``auto`` (the tuned choice found in
     ``TTS_BAKED_CACHE_DIR`` / the cache, as a deployed server resolves it). The shape cache matters to OpenVINO only."""
+    duration_s: float = 0.0
+    """Run for this long, going round ``requests``' schedule as often as it takes; 0: ``requests`` requests."""
+    kill_every_s: float = 0.0
+    """Kill the server's helper processes this often (`bench.faults.KILLS`, in turn); 0: never. With faults, every
+    other request streams and every eighth is Japanese (read in a helper process)."""
+    hostile_every_s: float = 0.0
+    """Send a burst of hostile requests (`bench.faults.burst`) this often; 0: never."""
+    max_requests: int = 64
+    """``TTS_MAX_REQUESTS`` of the soaked server: the hostile burst's flood goes past it."""
+
+    @property
+    def faults(self) -> bool:
+        return bool(self.kill_every_s or self.hostile_every_s)
 
 
 @dataclass
@@ -72,6 +88,12 @@ class SoakResult:
     wall_s: float = 0.0
     released_mb: float = 0.0
     restored_ok: bool = False
+    outcomes: dict[str, int] = field(default_factory=lambda: {"served": 0, "refused": 0, "lost": 0, "cut": 0})
+    """``served``: 200 and the whole body; ``refused``: 429, admission full (a hostile burst's flood); ``lost``: no
+    audio for any other reason (an error status, the connection broken before the first byte); ``cut``: a stream
+    broken after its first bytes."""
+    kills: list[dict[str, Any]] = field(default_factory=list)
+    hostile: list[faults.Answer] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         billable = [s["billable_mb"] for s in self.series]
@@ -87,6 +109,10 @@ class SoakResult:
             "second_half_growth_pct": round(100 * (max(billable[len(billable) // 2:]) / half - 1), 1) if half else None,
             "released_mb": self.released_mb,
             "restored_ok": self.restored_ok,
+            **self.outcomes,
+            "kills": len(self.kills),
+            "hostile": len(self.hostile),
+            "hostile_unfair": sum(not a.fair for a in self.hostile),
             "efficiency": round(self.audio_s / self.server_cpu_s, 3) if self.server_cpu_s else None,
             "wall_s": round(self.wall_s, 1),
         }
@@ -118,11 +144,59 @@ def _speak(http: httpx.Client, url: str, tokens: int, speed: float) -> int:
     return len(response.content)
 
 
+JAPANESE = ("こんにちは、お元気ですか。", "今日はいい天気ですね。散歩に行きましょう。", "駅はどこですか。")
+"""Read by the Japanese reader, a helper process the faults kill."""
+
+
+def request_body(options: SoakOptions, index: int, tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"input": phonemes_of(tokens), "input_format": "phonemes", "voice": "af_heart",
+                            "response_format": "pcm", "speed": options.speed, "stream": False}
+    if options.faults:
+        body["stream"] = index % 2 == 1
+        if index % 8 == 7:
+            body.update(input=JAPANESE[index // 8 % len(JAPANESE)], input_format="text", voice="jf_alpha")
+    return body
+
+
+def _ask(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, int, str]:
+    """One request: its outcome (`SoakResult.outcomes`), the audio bytes received and what went wrong, if anything."""
+    received = 0
+    try:
+        with http.stream("POST", f"{url}/v1/audio/speech", json=body) as response:
+            if response.status_code != 200:
+                response.read()
+                outcome = "refused" if response.status_code == 429 else "lost"
+                return outcome, 0, f"HTTP {response.status_code} {response.text[:200]}"
+            for piece in response.iter_raw():
+                received += len(piece)
+    except httpx.HTTPError as exc:
+        return ("cut" if received else "lost"), received, f"{type(exc).__name__}: {exc}"
+    return "served", received, ""
+
+
+def _inject(options: SoakOptions, server: Server, result: SoakResult, started: float, stop: threading.Event) -> None:
+    """The faults, on their schedules, until ``stop``: kills in turn (`faults.KILLS`) and hostile bursts."""
+    every = {"kill": options.kill_every_s, "burst": options.hostile_every_s}
+    due = {name: period for name, period in every.items() if period > 0}
+    turn = 0
+    while due and not stop.wait(0.5):
+        now = time.perf_counter() - started
+        if now >= due.get("kill", float("inf")):
+            modules = faults.KILLS[turn % len(faults.KILLS)]
+            turn += 1
+            result.kills.append({"at_s": round(now, 1), "asked": list(modules),
+                                 "killed": faults.kill(server.pid, modules)})
+            due["kill"] += every["kill"]
+        if now >= due.get("burst", float("inf")):
+            result.hostile += faults.burst(server.url, MAX_INPUT_CHARS, options.max_requests)
+            due["burst"] += every["burst"]
+
+
 def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> SoakResult:
     config = ServerConfig(name=f"soak-{options.backend}-cache{shape_cache}", title="soak", backend="openvino",
                           kind="complete", streams=options.streams, threads_per_stream=options.threads_per_stream,
                           compile_cache=True, lifecycle=False)
-    settings = config.env(quiet_window_s=0.0, max_requests=64)
+    settings = config.env(quiet_window_s=0.0, max_requests=options.max_requests)
     settings.update({"TTS_BACKEND": options.backend, "TTS_ADMIN_TOKEN": ADMIN_TOKEN,
                      "TTS_CACHE_DIR": str(options.cache_dir),
                      **variant.launch_env(dataclasses.replace(config.options(), shape_cache=shape_cache))})
@@ -149,27 +223,39 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
         sample(0)
         cpu_before = proctree.cpu_seconds(server.pid)
         started = time.perf_counter()
+        deadline = started + options.duration_s if options.duration_s else None
+        jobs = enumerate(itertools.cycle(order) if deadline is not None else order)
         lock = threading.Lock()
         done = 0
         audio_bytes = 0
 
-        def one(http: httpx.Client, tokens: int) -> None:
+        def worker(http: httpx.Client) -> None:
             nonlocal done, audio_bytes
-            try:
-                size = _speak(http, server.url, tokens, options.speed)
-            except (httpx.HTTPError, client.RequestFailed) as exc:
+            while True:
                 with lock:
-                    result.errors.append(str(exc)[:300])
-                size = 0
-            with lock:
-                done += 1
-                audio_bytes += size
-                if done % options.sample_every == 0:
-                    sample(done)
+                    job = None if deadline is not None and time.perf_counter() >= deadline else next(jobs, None)
+                if job is None:
+                    return
+                index, tokens = job
+                outcome, size, error = _ask(http, server.url, request_body(options, index, tokens))
+                with lock:
+                    result.outcomes[outcome] += 1
+                    if error:
+                        result.errors.append(f"request {index} ({tokens} tokens): {error}"[:300])
+                    done += 1
+                    audio_bytes += size
+                    if done % options.sample_every == 0:
+                        sample(done)
 
+        stop = threading.Event()
+        injector = threading.Thread(target=_inject, args=(options, server, result, started, stop), daemon=True)
+        injector.start()
         # One client for all threads (httpx.Client is thread-safe), ``clients`` requests at a time.
         with httpx.Client(timeout=300) as http, concurrent.futures.ThreadPoolExecutor(options.clients) as pool:
-            list(pool.map(lambda tokens: one(http, tokens), order))
+            for future in [pool.submit(worker, http) for _ in range(options.clients)]:
+                future.result()
+        stop.set()
+        injector.join()
         result.wall_s = time.perf_counter() - started
         result.server_cpu_s = proctree.cpu_seconds(server.pid) - cpu_before
         result.audio_s = audio_bytes / 2 / 24000
@@ -204,13 +290,23 @@ def run(options: SoakOptions, progress: bool = True) -> dict[str, Any]:
     results = [soak_one(options, cache, progress) for cache in options.shape_caches]
     record = {
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in options.__dict__.items()},
-        "results": [{**r.summary(), "series": r.series, "error_samples": r.errors[:5]} for r in results],
+        "results": [{**r.summary(), "series": r.series, "error_samples": r.errors[:5], "kill_log": r.kills,
+                     "hostile_answers": _tally(r.hostile)} for r in results],
     }
     (options.out / "soak.json").write_text(json.dumps(record, indent=2) + "\n")
     (options.out / "soak.md").write_text(render(record))
     for cache in options.shape_caches:
         partial_path(options, cache).unlink(missing_ok=True)
     return record
+
+
+def _tally(answers: list[faults.Answer]) -> dict[str, dict[str, int]]:
+    """How often each hostile request got each answer."""
+    tally: dict[str, dict[str, int]] = {}
+    for answer in answers:
+        by_status = tally.setdefault(answer.name, {})
+        by_status[str(answer.status)] = by_status.get(str(answer.status), 0) + 1
+    return tally
 
 
 def render(record: dict[str, Any]) -> str:
@@ -229,6 +325,16 @@ def render(record: dict[str, Any]) -> str:
         lines.append(f"| {r['shape_cache']} | {r['errors']} | {r['after_warmup_mb']} | {r['halfway_mb']} | "
                      f"{r['final_mb']} | {r['peak_mb']} | {r['second_half_growth_pct']} % | {r['released_mb']} | "
                      f"{r['restored_ok']} | {r['efficiency']} | {r['wall_s']} |")
+    if o.get("kill_every_s") or o.get("hostile_every_s"):
+        lines += ["", f"Faults: a helper process killed every {o['kill_every_s']} s (the inference process, the "
+                  f"Japanese reader, both, in turn), a hostile burst every {o['hostile_every_s']} s; every other "
+                  "request streamed, every eighth Japanese.", "",
+                  "| requests | served | refused (429) | lost (no audio) | cut mid-stream | kills | hostile "
+                  "| hostile not a 4xx |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in record["results"]:
+            lines.append(f"| {r['requests']} | {r['served']} | {r['refused']} | {r['lost']} | {r['cut']} | "
+                         f"{r['kills']} | {r['hostile']} | {r['hostile_unfair']} |")
     lines += ["", "Series (requests: billable MB):", ""]
     for r in record["results"]:
         points = ", ".join(f"{int(s['requests'])}: {s['billable_mb']:.0f}" for s in r["series"])
@@ -251,10 +357,21 @@ def main(argv: list[str]) -> int:
                         help="OpenVINO shape cache sizes to soak, one server each (default 0,-1; 0 is the server's)")
     parser.add_argument("--backend", default=defaults.backend, choices=("openvino", "onnxruntime", "auto"),
                         help="TTS_BACKEND of the soaked server (default openvino)")
+    parser.add_argument("--duration-s", type=float, default=defaults.duration_s,
+                        help="run this long instead of --requests requests")
+    parser.add_argument("--kill-every-s", type=float, default=defaults.kill_every_s,
+                        help="kill a helper process this often (inference, reader, both, in turn); 0: never")
+    parser.add_argument("--hostile-every-s", type=float, default=defaults.hostile_every_s,
+                        help="send a burst of hostile requests this often; 0: never")
     args = parser.parse_args(argv)
     options = SoakOptions(out=args.out, cache_dir=args.cache_dir, requests=args.requests, lengths=args.lengths,
                           clients=args.clients, speed=args.speed, sample_every=args.sample_every,
-                          shape_caches=tuple(int(v) for v in args.shape_caches.split(",")), backend=args.backend)
+                          shape_caches=tuple(int(v) for v in args.shape_caches.split(",")), backend=args.backend,
+                          duration_s=args.duration_s, kill_every_s=args.kill_every_s,
+                          hostile_every_s=args.hostile_every_s)
     record = run(options)
     print(render(record))
+    if options.faults:  # a cut stream is the fault's, told to its client; a lost request or an unfair answer is ours
+        return 0 if all(r["lost"] == 0 and r["hostile_unfair"] == 0 and r["restored_ok"]
+                        for r in record["results"]) else 1
     return 0 if all(r["errors"] == 0 and r["restored_ok"] for r in record["results"]) else 1

@@ -28,13 +28,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app import audio
+from app import audio, retry
 from app.engine import Plan, Spoken
 from app.errors import InferenceFailed, InputTooLarge, InvalidInput, NoTimestamps, Unavailable
 from app.http.common import require_bearer, services
 from app.http.request import SpeechRequest
 from app.http.sending import ClosingStreamingResponse
-from app.runtime.proxy import WorkerGone
 from app.served import default_voice
 from app.services import Services
 from app.timestamps import WordTime
@@ -118,32 +117,12 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
                 planning.cancel()
             raise
         planned = await planning if planning is not None else await anyio.to_thread.run_sync(plan)
-        chunks = svc.engine.stream_timed(planned)
-        stack.push_async_callback(chunks.aclose)
-        try:
-            first = await chunks.__anext__()
-        except InferenceFailed as exc:
-            if not _process_lost(svc, exc):
-                raise
-            # Nothing was sent: the inference process died under this request (killed for memory, say). The
-            # lifecycle restores a fresh one for the next hold, and the request is asked of it once.
-            log.warning("the inference process ended before this request's first audio; retrying it once")
-            svc.metrics.inference_retries += 1
-            await chunks.aclose()
-            await stack.enter_async_context(svc.lifecycle.in_use())
-            chunks = svc.engine.stream_timed(planned)
-            stack.push_async_callback(chunks.aclose)
-            first = await chunks.__anext__()
+        first, chunks = await retry.first_chunk(svc, planned, stack)
     except BaseException:
         svc.metrics.requests.labels("refused").inc()
         await stack.aclose()
         raise
     return Started(svc, speech, planned, first, chunks, stack, arrived)
-
-
-def _process_lost(svc: Services, exc: InferenceFailed) -> bool:
-    """Whether ``exc`` came of the inference process ending (not of the model failing on this input)."""
-    return isinstance(exc.__cause__, WorkerGone) or not svc.engine.runtime.intact()
 
 
 def _retrieved(task: asyncio.Future[Plan]) -> None:
@@ -161,7 +140,14 @@ async def create_speech(request: Request) -> Response:
         # FLAC is not progressive: sent whole with exact headers and a Content-Length (see app.audio).
         # In SSE, whatever `stream` says, events stream (a non-progressive format in one delta).
         try:
-            rest = [c.audio async for c in chunks]
+            try:
+                rest = [c.audio async for c in chunks]
+            except InferenceFailed as exc:
+                if not retry.process_lost(svc, exc):
+                    raise
+                # Nothing is sent before the last chunk: the whole of it is asked again.
+                first, chunks = await retry.again(svc, started.plan, stack)
+                rest = [c.audio async for c in chunks]
         finally:
             await stack.aclose()
         observe(svc, arrived, [first.audio, *rest], first_audio_s=time.perf_counter() - arrived)

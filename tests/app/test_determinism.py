@@ -1,8 +1,8 @@
 """Speech is a function of the request: on a real server with the real model the same request gives the same bytes as
 the first request after its start, alone, under load, streamed or whole, and after a release and restore; under
 either engine the server can serve, ONNX Runtime (what ``TTS_BACKEND=auto`` serves on every CPU class on record) and
-OpenVINO (``TTS_BACKEND=openvino``, or where a local tuning picks it). One engine serves an instance from its first
-request to its last: nothing in front of it while it loads.
+OpenVINO (``TTS_BACKEND=openvino``, or where a local tuning picks it; its restore is checked in tests/lifecycle).
+One engine serves an instance from its first request to its last: nothing in front of it while it loads.
 
 The server runs the shipped defaults but for the backend: nothing is turned off to make the answer stable. Chunk
 boundaries depend on the text alone (tests/app/test_chunks.py tests that fast, on a fake runtime); this is the real
@@ -121,6 +121,10 @@ def test_admission_counts_the_listeners_the_measured_pool_plays_in_real_time(ser
 
 
 def test_after_a_release_and_restore_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:
+    if info(server)["active_backend"] == "openvino":
+        # Its slowest test here (two OpenVINO restores): OpenVINO's restore gives the same bytes in
+        # tests/lifecycle/test_release_live.py and tests/lifecycle/test_inference_process.py.
+        pytest.skip("OpenVINO's restore is checked in tests/lifecycle")
     warm = inference_processes(server)
     assert warm
     assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True

@@ -5,6 +5,7 @@ next request is served."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -17,7 +18,11 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from wyoming.tts import Synthesize, SynthesizeVoice
 
+from bench.server import free_port
+from tests.app.http.test_elevenlabs_live import sdk_audio
+from tests.app.test_wyoming import exchange, pcm
 from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 ENGLISH = "Nothing lost to a process that died."
@@ -26,19 +31,26 @@ SLOW = "One chunk, spoken slowly."
 """Under the first chunk's bound (one inference), and at a quarter speed its inference makes four times the audio: long
 enough to be killed in the middle of it."""
 LONG = " ".join(f"Sentence number {i} keeps this stream going for a while." for i in range(12))
+MEDIUM = LONG[:LONG.index("Sentence number 5")]
 
 
 @pytest.fixture(scope="module")
-def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def wyoming_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def server(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory, wyoming_port: int) -> Iterator[LiveServer]:
     # ONNX Runtime: a restore loads the same form again, so audio after a kill is the audio before it, byte for byte.
     with live_server(cache_dir, tmp_path_factory.mktemp("logs"), quiet_window_s="0", backend=SPEECH_BACKEND,
-                     max_requests="8") as s:
+                     max_requests="8", wyoming_port=str(wyoming_port)) as s:
         yield s
 
 
-def speak(server: LiveServer, text: str, voice: str = "af_heart", speed: float = 1.0) -> httpx.Response:
+def speak(server: LiveServer, text: str, voice: str = "af_heart", speed: float = 1.0,
+          stream: bool = True) -> httpx.Response:
     return httpx.post(f"{server.url}/v1/audio/speech", timeout=120,
-                      json={"input": text, "voice": voice, "response_format": "pcm", "speed": speed})
+                      json={"input": text, "voice": voice, "response_format": "pcm", "speed": speed, "stream": stream})
 
 
 def helpers(server: LiveServer, module: str) -> list[psutil.Process]:
@@ -89,7 +101,8 @@ def test_the_reader_killed_alone_costs_no_request(server: LiveServer) -> None:
 
 def test_a_kill_during_requests_cuts_the_streams_visibly_and_serves_the_one_not_started(server: LiveServer) -> None:
     reference = speak(server, SLOW, speed=0.25)
-    assert reference.status_code == 200
+    whole_reference = speak(server, MEDIUM, stream=False)
+    assert reference.status_code == whole_reference.status_code == 200
     retries = metric(server, 'tts_retries_total{process="inference"}')
     cut = metric(server, 'tts_requests_total{outcome="cut"}')
     outcome: dict[str, Any] = {}
@@ -103,6 +116,11 @@ def test_a_kill_during_requests_cuts_the_streams_visibly_and_serves_the_one_not_
         except httpx.RemoteProtocolError as exc:
             outcome[f"{name}_error"] = exc
 
+    waiting: dict[str, httpx.Response] = {}
+    # Sent whole, asked before the streams: its first chunk runs before theirs, so by the kill it is done (and has not
+    # left: nothing of a whole response does before its last chunk).
+    whole = threading.Thread(target=lambda: waiting.update(whole=speak(server, MEDIUM, stream=False)))
+    whole.start()
     audio = threading.Thread(target=streamed, args=("audio",))
     sse = threading.Thread(target=streamed, args=("sse",), kwargs={"stream_format": "sse"})
     audio.start()
@@ -111,25 +129,67 @@ def test_a_kill_during_requests_cuts_the_streams_visibly_and_serves_the_one_not_
     while "audio_status" not in outcome or "sse_status" not in outcome:  # both streaming
         assert time.monotonic() < deadline, outcome
         time.sleep(0.02)
-    waiting: dict[str, httpx.Response] = {}
     late = threading.Thread(target=lambda: waiting.update(response=speak(server, SLOW, speed=0.25)))
     late.start()
-    while in_flight(server) < 3:  # admitted, and its one chunk not back: its response has not started
+    while in_flight(server) < 4:  # admitted, and its one chunk not back: its response has not started
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert "response" not in waiting
+    assert "response" not in waiting and "whole" not in waiting
     kill(helpers(server, "app.runtime.child"))
-    for thread in (audio, sse, late):
+    for thread in (audio, sse, late, whole):
         thread.join(120)
         assert not thread.is_alive()
 
     # The one that had not started is served, whole and the same.
     assert waiting["response"].status_code == 200, waiting["response"].text
     assert waiting["response"].content == reference.content
+    # So is the one sent whole, though its first chunks were done.
+    assert waiting["whole"].status_code == 200, waiting["whole"].text
+    assert waiting["whole"].content == whole_reference.content
     # The streams cut mid-way end visibly: the raw body without its last chunk, and SSE's error event with no done.
     assert "audio_error" in outcome, outcome.keys()
     events = outcome["sse_body"].decode()
     assert '"type":"error"' in events and "speech.audio.done" not in events
     assert metric(server, 'tts_requests_total{outcome="cut"}') - cut == 2
-    assert metric(server, 'tts_retries_total{process="inference"}') - retries >= 1
+    assert metric(server, 'tts_retries_total{process="inference"}') - retries >= 2
     assert speak(server, ENGLISH).status_code == 200
+
+
+def test_a_kill_under_the_sockets_first_audio_asks_a_fresh_process(server: LiveServer, wyoming_port: int) -> None:
+    """ElevenLabs' socket (its SDK) and Wyoming (its client), each with a segment queued behind two whole responses
+    when the inference process dies: neither had sent a byte of it, so each is served, the same as before."""
+
+    def wyoming() -> bytes:
+        asked = [Synthesize(SLOW, SynthesizeVoice("af_heart")).event()]
+        found = asyncio.run(exchange(wyoming_port, asked, "audio-stop"))
+        return pcm(found).tobytes()
+
+    reference = {"elevenlabs": sdk_audio(server, [SLOW]), "wyoming": wyoming()}
+    retries = metric(server, 'tts_retries_total{process="inference"}')
+    got: dict[str, bytes] = {}
+
+    # Sent whole: not paced to a listener, their chunks run back to back and keep both streams busy.
+    whole: list[int] = []
+    vehicles = [threading.Thread(target=lambda: whole.append(speak(server, MEDIUM, stream=False).status_code))
+                for _ in range(2)]
+    for thread in vehicles:
+        thread.start()
+    deadline = time.monotonic() + 60
+    while in_flight(server) < 2:  # both streams busy: the sockets' segments queue behind them
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sockets = [threading.Thread(target=lambda: got.update(elevenlabs=sdk_audio(server, [SLOW]))),
+               threading.Thread(target=lambda: got.update(wyoming=wyoming()))]
+    for thread in sockets:
+        thread.start()
+    while in_flight(server) < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not got
+    kill(helpers(server, "app.runtime.child"))
+    for thread in sockets + vehicles:
+        thread.join(120)
+        assert not thread.is_alive()
+    assert got == reference
+    assert whole == [200, 200]  # asked again too: nothing of them had left
+    assert metric(server, 'tts_retries_total{process="inference"}') - retries >= 2

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import overload, soak
+from bench import faults, overload, soak
 from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 
@@ -37,15 +37,33 @@ def test_four_times_capacity_loses_nothing_and_refuses_quickly(small_pool: LiveS
 
 def test_memory_levels_off_under_shape_churn_and_a_release_brings_it_back(cache_dir: Path, tmp_path: Path) -> None:
     options = soak.SoakOptions(out=tmp_path, cache_dir=cache_dir, requests=40, lengths=40, speed=4.0,
-                               sample_every=10, shape_caches=(0,))
+                               sample_every=10, shape_caches=(0,), backend="auto")
     result = soak.soak_one(options, 0, progress=False)
     summary = result.summary()
     assert summary["errors"] == 0, result.errors[:3]
     assert summary["requests"] == 40
-    # 40 new input lengths after the warm-up: at OpenVINO's default cache each added 10-20 MB.
+    # 40 new input lengths after the warm-up (OpenVINO's default shape cache once added 10-20 MB for each).
     assert summary["second_half_growth_pct"] < 5, result.series
     assert summary["released_mb"] < 0.5 * summary["peak_mb"]
     assert summary["restored_ok"]
     # Every sample also went to disk as it was taken: a soak cut short keeps what it measured.
     partial = json.loads(soak.partial_path(options, 0).read_text())
     assert partial["series"] == result.series and partial["planned_requests"] == 40
+
+
+def test_a_soak_with_faults_loses_no_request_and_answers_the_hostile_ones_with_4xx(cache_dir: Path,
+                                                                                  tmp_path: Path) -> None:
+    """`python -m bench soak` with its faults, short: helper processes killed in turn and hostile bursts (a flood past
+    admission among them) while two clients ask, every other request streamed and every eighth Japanese."""
+    options = soak.SoakOptions(out=tmp_path, cache_dir=cache_dir, requests=40, lengths=40, speed=4.0, sample_every=10,
+                               shape_caches=(0,), backend="auto", duration_s=24, kill_every_s=5, hostile_every_s=9,
+                               max_requests=4)
+    result = soak.soak_one(options, 0, progress=False)
+    summary = result.summary()
+    assert summary["lost"] == 0, result.errors[:5]
+    assert summary["served"] >= 10 and summary["restored_ok"]
+    killed = {module for kill in result.kills for module in kill["killed"]}
+    assert killed == {faults.INFERENCE, faults.READER}, result.kills
+    assert summary["hostile"] >= 2 * (faults.FLOOD_PAST + 4)
+    assert summary["hostile_unfair"] == 0, [a for a in result.hostile if not a.fair]
+    assert any(a.status == 429 for a in result.hostile)  # the flood went past admission
