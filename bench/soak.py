@@ -313,7 +313,9 @@ def render(record: dict[str, Any]) -> str:
     o = record["options"]
     lines = [
         "# Shape-churn soak", "",
-        f"`TTS_BACKEND={o.get('backend', 'openvino')}`: {o['requests']} requests, {o['lengths']} distinct input "
+        f"`TTS_BACKEND={o.get('backend', 'openvino')}`: "
+        + (f"{o['duration_s']:.0f} s of requests" if o.get("duration_s") else f"{o['requests']} requests")
+        + f", {o['lengths']} distinct input "
         f"lengths ({o['min_tokens']}–"
         f"{o['min_tokens'] + o['lengths'] - 1} phoneme tokens, speed {o['speed']}), {o['clients']} clients, "
         "after a warm-up with the longest input; billable memory from the server's own memory cgroup.", "",
