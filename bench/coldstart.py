@@ -107,7 +107,7 @@ def container_script(image: str, voices: str) -> dict[str, float]:
     return _script_times(done, spawned, f"the plain script in {image}")
 
 
-def _container_variant(text: str) -> tuple[str, dict[str, str]]:
+def container_variant(text: str) -> tuple[str, dict[str, str]]:
     """``NAME=IMAGE``: a variant that runs the image with podman."""
     name, _, image = text.partition("=")
     if not name or not image:
@@ -150,7 +150,7 @@ def _first_audio(http: httpx.Client, sent: float) -> tuple[float, int]:
     return first, received
 
 
-def _container_command(image: str, name: str, port: int) -> list[str]:
+def container_command(image: str, name: str, port: int) -> list[str]:
     """``podman run`` of ``image`` listening on 127.0.0.1:``port``, with this machine's CPUs as its limit."""
     passed = {"PORT": str(port), "TTS_ADMIN_TOKEN": TOKEN, "TTS_QUIET_WINDOW_S": "0", "TTS_LOG_LEVEL": "info"}
     return ["podman", "run", "--rm", "--init", "--name", name, "--cpus", str(os.cpu_count() or 1),
@@ -174,7 +174,7 @@ def server_run(settings: dict[str, str], work: Path, label: str, release_cycles:
     command = [sys.executable, "-m", "app"]
     if image is not None:
         container = f"coldstart-{label}-{port}"
-        command = _container_command(image, container, port)
+        command = container_command(image, container, port)
     with open(log_path, "ab") as sink:
         spawned, spawned_unix = time.monotonic(), time.time()
         process = subprocess.Popen(command, env=env if image is None else None, stdout=sink, stderr=subprocess.STDOUT,
@@ -379,7 +379,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
     args = parser.parse_args(argv)
     variants = [_variant(text) for text in args.variants.split(",") if text]
-    variants += [_container_variant(text) for text in args.container]
+    variants += [container_variant(text) for text in args.container]
     run(args.out, args.cache_dir, variants, args.runs, args.release_cycles,
         "python -m bench coldstart " + shlex.join(argv), args.released_wait_s)
     print(args.out / "report.md")

@@ -56,7 +56,7 @@ then 200, then 250 tokens, no warm-up, no real-time admission), the reference of
 are settings no more (docs/experiments.md): DIR must be a checkout that still has them (before 2026-12-06)."""
 
 
-def _variant(text: str) -> tuple[str, dict[str, str]]:
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     """``name`` (a known variant) or ``name:TTS_X=1,TTS_Y=2`` (settings on top of the defaults), either with
     ``@DIR`` after the name: the server runs from the checkout in DIR, to compare code before and after a change
     in one interleaved run (as `bench.coldstart`)."""
@@ -306,7 +306,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.starts < 1:
         parser.error("--starts must be at least 1")
-    variants = [_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
+    variants = [parse_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
     clients = [int(c) for c in args.clients.split(",") if c]
     run(args.out, args.cache_dir, variants, clients, args.ramp_s, args.window_s, args.drain_s, args.corpus,
         "python -m bench latency " + shlex.join(argv), alone=not args.no_alone,

@@ -170,7 +170,7 @@ def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, di
     """The server to measure (started here unless ``--url``) and its ``/v1/info`` once it is ready (it serves the
     form measured from its first request)."""
     if options.url:
-        yield options.url.rstrip("/"), _info(options.url.rstrip("/"))
+        yield options.url.rstrip("/"), server_info(options.url.rstrip("/"))
         return
     if options.peer:
         with _peer(options, model, work) as found:
@@ -189,7 +189,7 @@ def serving(options: Options, model: Path, work: Path) -> Iterator[tuple[str, di
         terminate(process)
 
 
-def _info(url: str) -> dict[str, Any]:
+def server_info(url: str) -> dict[str, Any]:
     """``/v1/info``; empty for a server that has none (a peer)."""
     response = httpx.get(url + "/v1/info", timeout=10.0)
     found: dict[str, Any] = response.json() if response.status_code == 200 else {}
@@ -214,7 +214,7 @@ def _peer(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict
                            "backend": f"onnxruntime {installed.versions.get('onnxruntime', '?')}"}
 
 
-def _styles_file(voices_file: Path | None, names: Sequence[str], work: Path) -> Path:
+def styles_file(voices_file: Path | None, names: Sequence[str], work: Path) -> Path:
     """The voices as kokoro-onnx reads them, taken from the bank the server loads (so the default voices, when
     none are named, are the server's own): each a (510, 1, 256) style, row n-1 for n tokens."""
     bank = VoiceBank.load(voices_file)
@@ -237,7 +237,7 @@ def run(options: Options) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     model = modelfile.assemble(options.cache_dir / "models")
     # Unknown voices fail here, before minutes of synthesis.
-    styles = _styles_file(options.voices_file, [t.voice for t in options.targets], work)
+    styles = styles_file(options.voices_file, [t.voice for t in options.targets], work)
     results: dict[str, Any] = {
         "run": {"id": options.out.name, "command": options.command,
                 "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "commit": _commit(),
@@ -260,7 +260,7 @@ def run(options: Options) -> dict[str, Any]:
             progress(f"served: {target.voice}, {len(corpus.utterances)} utterances")
             for utterance in corpus.utterances:
                 audio["served", target.voice, utterance.id] = speak(url, utterance.text, target)
-        results["server"]["pool_after"] = _info(url).get("pool")
+        results["server"]["pool_after"] = server_info(url).get("pool")
         results["run"]["loadavg"]["served"] = os.getloadavg()[0]
     if options.inprocess:
         from kokoro_onnx import Kokoro
@@ -365,7 +365,7 @@ def _pauses(summary: dict[str, Any]) -> str:
     return f"{summary['pauses_inserted']} / {summary['pauses_at_punctuation']}" if summary else "n/a"
 
 
-def _targets(text: str, lang_code: str | None) -> tuple[Target, ...]:
+def parse_targets(text: str, lang_code: str | None) -> tuple[Target, ...]:
     """``af_heart,jf_alpha:a``: each voice with its own ``:lang_code``, else ``--lang-code``; a voice of another
     language than English must have one."""
     targets: list[Target] = []
@@ -423,7 +423,7 @@ def main(argv: list[str]) -> int:
     # words, which changes nothing it returns. A filter, because phonemizer resets its logger's level per call.
     logging.getLogger("phonemizer").addFilter(lambda record: "count mismatch" not in record.getMessage())
     try:
-        targets = _targets(args.voices, args.lang_code)
+        targets = parse_targets(args.voices, args.lang_code)
     except argparse.ArgumentTypeError as exc:
         parser.error(str(exc))
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")

@@ -30,7 +30,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def _status(summary: Mapping[str, Any]) -> str:
+def status_of(summary: Mapping[str, Any]) -> str:
     if not summary.get("checks_run", True):
         return "not run (the run ended before its checks)"
     if summary.get("check_error"):
@@ -52,7 +52,7 @@ def headline(results: Mapping[str, Any]) -> str:
     for s in order:
         release = s.get("release") or {}
         rows.append([
-            str(s.get("rank", "-")), f"`{s['name']}`", str(s["shape"]), _status(s),
+            str(s.get("rank", "-")), f"`{s['name']}`", str(s["shape"]), status_of(s),
             _num(s["efficiency_at"]), _num(s["throughput_at"]),
             f"{_num(s['first_audio_p50'])} / {_num(s['first_audio_p90'])}",
             _num(s["warm_memory_mb"], 0), _num(s["idle_memory_mb"], 0),

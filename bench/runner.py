@@ -205,7 +205,7 @@ class Run:
         if has_complete and o.serves_tuned:
             self._tune()
         self._install_peers()
-        jobs = self._plan_jobs()
+        jobs = self.plan_jobs()
         for index, config in enumerate(self.configs, 1):
             self.progress(f"[{index}/{len(self.configs)}] {config.name}: {config.title}")
             self.results["configs"][config.name] = self._measure(config, jobs.get(config.name, []))
@@ -281,7 +281,7 @@ class Run:
                              concurrency=CEILING_CONCURRENCY, model_path=self.model, cache_dir=cache,
                              compile_cache=config.compile_cache, corpus=self.o.corpus, items=self.o.items)
 
-    def _plan_jobs(self) -> dict[str, list[inprocess.Job]]:
+    def plan_jobs(self) -> dict[str, list[inprocess.Job]]:
         """Which in-process jobs run during which configuration's idle phase."""
         plan: dict[str, list[inprocess.Job]] = {}
         reference = next(c for c in self.configs if c.name == REFERENCE)

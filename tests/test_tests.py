@@ -14,6 +14,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 MAX_LOG_READS = 10
 MAX_PRIVATE_SETS = 5
+MAX_PRIVATE_USES = 13
 
 
 def _files() -> Iterator[tuple[str, str]]:
@@ -55,6 +56,22 @@ def private_sets() -> list[str]:
 def test_few_tests_read_log_text() -> None:
     found = log_reads()
     assert len(found) <= MAX_LOG_READS, f"{len(found)} log reads (at most {MAX_LOG_READS}): {found}"
+
+
+PRIVATE_USE = re.compile(r"\b(?!self\b|sys\b|os\b)[A-Za-z_]\w*\._(?!_)\w+|setattr\(\w+, \"_(?!_)\w+\"")
+"""``module._name`` or ``obj._name`` (read, called or patched), or ``monkeypatch.setattr(obj, "_name", ...)``."""
+
+
+def private_uses() -> list[str]:
+    """Where a test reaches past the public surface: each should be a fault only a private name can inject, with its
+    reason beside it."""
+    return [f"{rel}:{number}" for rel, text in _files() for number, line in enumerate(text.splitlines(), 1)
+            for _ in PRIVATE_USE.finditer(line)]
+
+
+def test_few_tests_use_private_names() -> None:
+    found = private_uses()
+    assert len(found) <= MAX_PRIVATE_USES, f"{len(found)} private names used (at most {MAX_PRIVATE_USES}): {found}"
 
 
 def test_few_tests_set_private_attributes() -> None:

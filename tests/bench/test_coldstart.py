@@ -11,12 +11,12 @@ from bench import coldstart
 
 
 def test_container_variants_name_an_image_and_run_it_with_podman_on_the_given_port() -> None:
-    assert coldstart._container_variant("head=localhost/kokoro-tts:head") == (
+    assert coldstart.container_variant("head=localhost/kokoro-tts:head") == (
         "head", {coldstart.CONTAINER: "localhost/kokoro-tts:head"})
     for bad in ("head", "=image", "head="):
         with pytest.raises(argparse.ArgumentTypeError):
-            coldstart._container_variant(bad)
-    command = coldstart._container_command("img:tag", "box", 9123)
+            coldstart.container_variant(bad)
+    command = coldstart.container_command("img:tag", "box", 9123)
     assert command[:3] == ["podman", "run", "--rm"] and command[-1] == "img:tag"
     assert "127.0.0.1:9123:9123" in command and "PORT=9123" in command  # the port as Cloud Run gives it
     assert "TTS_QUIET_WINDOW_S=0" in command and f"TTS_ADMIN_TOKEN={coldstart.TOKEN}" in command

@@ -78,11 +78,11 @@ def test_a_run_cut_short_before_its_checks_says_so() -> None:
     record = {"config": {"kind": "sized", "shape": "8x2"}, "levels": [{"clients": 1, "efficiency": 0.9,
                                                                           "throughput": 1.8, "errors": 0}]}
     results: dict[str, Any] = {"run": {"options": {"clients": [1]}}, "configs": {"ov-sized-8x2": record}}
-    assert report._status(figures.summarize("ov-sized-8x2", record, results)).startswith("not run")
+    assert report.status_of(figures.summarize("ov-sized-8x2", record, results)).startswith("not run")
     results["checks"] = {"configs": {"ov-sized-8x2": {"passed": False}}}
-    assert report._status(figures.summarize("ov-sized-8x2", record, results)) == "FAIL"
+    assert report.status_of(figures.summarize("ov-sized-8x2", record, results)) == "FAIL"
     results["checks"] = {"configs": {"ov-sized-8x2": {"passed": True}}}
-    assert report._status(figures.summarize("ov-sized-8x2", record, results)).startswith("pass")
+    assert report.status_of(figures.summarize("ov-sized-8x2", record, results)).startswith("pass")
 
 
 def test_only_the_complete_system_has_cache_and_lifecycle_and_only_it_runs_as_the_server_does() -> None:
@@ -236,21 +236,21 @@ def test_audio_is_credited_to_the_time_it_was_made_in() -> None:
 def test_latency_variants_and_report() -> None:
     from bench import latency
 
-    assert latency._variant("deadline") == ("deadline", {})
-    assert latency._variant("small:TTS_STREAMS=1,TTS_MAX_REQUESTS=2") == (
+    assert latency.parse_variant("deadline") == ("deadline", {})
+    assert latency.parse_variant("small:TTS_STREAMS=1,TTS_MAX_REQUESTS=2") == (
         "small", {"TTS_STREAMS": "1", "TTS_MAX_REQUESTS": "2"})
     import argparse
 
     with pytest.raises(argparse.ArgumentTypeError):
-        latency._variant("nope")
+        latency.parse_variant("nope")
     with pytest.raises(argparse.ArgumentTypeError, match="fifo needs @DIR"):
-        latency._variant("fifo")  # the old pool's switches are settings no more
-    assert latency._variant(f"fifo@{ROOT}") == ("fifo", {**latency.OLD_POOL, "checkout": str(ROOT)})
+        latency.parse_variant("fifo")  # the old pool's switches are settings no more
+    assert latency.parse_variant(f"fifo@{ROOT}") == ("fifo", {**latency.OLD_POOL, "checkout": str(ROOT)})
     # name@DIR: the server runs from another checkout (this one here), with or without settings.
-    assert latency._variant(f"before@{ROOT}") == ("before", {"checkout": str(ROOT)})
-    assert latency._variant(f"before@{ROOT}:TTS_X=1") == ("before", {"TTS_X": "1", "checkout": str(ROOT)})
+    assert latency.parse_variant(f"before@{ROOT}") == ("before", {"checkout": str(ROOT)})
+    assert latency.parse_variant(f"before@{ROOT}:TTS_X=1") == ("before", {"TTS_X": "1", "checkout": str(ROOT)})
     with pytest.raises(argparse.ArgumentTypeError):
-        latency._variant(f"before@{ROOT / 'bench'}")  # no checkout there
+        latency.parse_variant(f"before@{ROOT / 'bench'}")  # no checkout there
     level = {"clients": 2, "first_audio_p50": 0.3, "first_audio_p90": 0.9, "stall_s_per_audio_min": 0.1,
              "stalled_requests": 1, "stall_requests_n": 9, "efficiency": 2.0, "throughput": 3.0, "first_audio_n": 10,
              "errors": 0}

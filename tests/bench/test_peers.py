@@ -66,7 +66,7 @@ def test_the_peers_run_at_their_recommended_threads_and_only_when_named(tmp_path
     assert {u.voice for u in named.corpus.utterances} == {"af_heart"}
     assert len(named.corpus.utterances) == len(corpus_mod.load().utterances)
     # No in-process job for the foreign instance or a peer; the complete system's runs before it starts.
-    plan = named._plan_jobs()
+    plan = named.plan_jobs()
     assert sorted(j.name for j in plan["ort-defaults"]) == ["complete", "ort-defaults", "ort-defaults-rerun"]
     assert set(plan) == {"ort-defaults"}
 
@@ -241,7 +241,7 @@ def test_quality_measures_a_peer_started_as_the_benchmark_starts_it(tmp_path: Pa
         assert info["peer"] == "fastkokoro" and info["versions"]["fastkokoro"] == "0.7.0"
         assert info["backend"] == "onnxruntime 1.32.0"
         assert len(quality.speak(url, "Hello.", options.targets[0])) == len(PCM) // 2
-        assert quality._info(url) == {}  # no /v1/info on a peer
+        assert quality.server_info(url) == {}  # no /v1/info on a peer
 
 
 def test_quiesce_waits_for_a_busy_process_tree_to_go_quiet() -> None:

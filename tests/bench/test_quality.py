@@ -141,19 +141,19 @@ def test_the_summary_rates_errors_over_all_words_not_the_mean_of_rates() -> None
 
 
 def test_voices_take_their_own_lang_code_or_the_common_one() -> None:
-    targets = quality._targets("af_heart, jf_alpha:a,bf_emma,bm_george:a", None)
+    targets = quality.parse_targets("af_heart, jf_alpha:a,bf_emma,bm_george:a", None)
     assert targets == (quality.Target("af_heart", None), quality.Target("jf_alpha", "a"),
                        quality.Target("bf_emma", None), quality.Target("bm_george", "a"))
     assert [t.lang for t in targets] == ["en-us", "en-us", "en-gb", "en-us"]
-    assert quality._targets("bf_emma,af_heart:B", "a") == (quality.Target("bf_emma", "a"),
+    assert quality.parse_targets("bf_emma,af_heart:B", "a") == (quality.Target("bf_emma", "a"),
                                                           quality.Target("af_heart", "b"))
     with pytest.raises(argparse.ArgumentTypeError, match="lang_code must be a or b"):
-        quality._targets("jf_alpha:j", None)
+        quality.parse_targets("jf_alpha:j", None)
     with pytest.raises(argparse.ArgumentTypeError, match="jf_alpha:a"):
-        quality._targets("af_heart,jf_alpha", None)
-    assert quality._targets("jf_alpha", "a") == (quality.Target("jf_alpha", "a"),)
+        quality.parse_targets("af_heart,jf_alpha", None)
+    assert quality.parse_targets("jf_alpha", "a") == (quality.Target("jf_alpha", "a"),)
     with pytest.raises(argparse.ArgumentTypeError):
-        quality._targets(" , ", None)
+        quality.parse_targets(" , ", None)
 
 
 def test_the_readme_lists_the_table_and_every_inserted_pause() -> None:
@@ -188,7 +188,7 @@ def test_a_real_sentence_is_heard_back_without_errors_or_inserted_pauses(tmp_pat
 
     voice = "af_heart" if "af_heart" in VoiceBank.load(None).names else "jf_alpha"
     kokoro = Kokoro(str(modelfile.assemble(tmp_path / "models")),
-                    str(quality._styles_file(None, [voice], tmp_path)))
+                    str(quality.styles_file(None, [voice], tmp_path)))
     text = "Please hold while I connect you, and thank you for waiting."
     samples, rate = kokoro.create(text, voice=voice, lang="en-us")
     options = quality.Options(targets=(quality.Target(voice, "a"),), corpus=Path(), items=(), out=tmp_path,

@@ -143,7 +143,7 @@ def _load(model: Path, cache: Path) -> tuple[bool | None, float]:
     from app.sizing import PoolShape
 
     backend = OpenVinoBackend(model, PoolShape(1, 1), runtime_defaults=False, precision="f32", cache_dir=cache)
-    with ThreadPoolExecutor(1) as pool:  # as the server: compile off the main thread (see build._in_thread)
+    with ThreadPoolExecutor(1) as pool:  # as the server: compile off the main thread (as app.tune.build does)
         resolved = pool.submit(backend.load).result()
     backend.unload()
     return resolved.from_cache, resolved.load_s

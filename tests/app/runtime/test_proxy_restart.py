@@ -23,12 +23,12 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
                                   writable=tmp_path))
     runtime.child_module = "tests.app.runtime.lingering_child"
     runtime.load()
-    child = runtime._child
+    child = runtime.child_process
     assert child is not None
     with pytest.raises(WorkerGone):
         runtime.infer(0, np.zeros((1, 8), np.int64), np.zeros((1, 256), np.float32), 1.0)
     assert not runtime.intact()
-    assert child.process.poll() is None  # the window: its answers are over, its exit not yet reported
+    assert child.poll() is None  # the window: its answers are over, its exit not yet reported
 
     loaded: list[Resolved] = []
     started = time.monotonic()
@@ -38,8 +38,8 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
     try:
         # Before the fix the load went to the dying process and waited for an answer that never came.
         assert loaded, "the load never returned"
-        assert runtime._child is not None and runtime._child is not child
-        assert child.process.poll() is not None  # waited for, not left a zombie
+        assert runtime.child_process is not None and runtime.child_process is not child
+        assert child.poll() is not None  # waited for, not left a zombie
         assert runtime.intact() and runtime.loaded
         assert time.monotonic() - started < LINGER_S + 15
     finally:
