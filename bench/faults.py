@@ -33,13 +33,15 @@ FLOOD_PAST = 16
 """How many more requests than the server admits the flood sends at once."""
 
 
-def helpers(pid: int, modules: tuple[str, ...]) -> list[psutil.Process]:
-    """The live processes under ``pid`` that run one of ``modules``."""
+def helpers(pid: int, modules: tuple[str, ...]) -> list[tuple[psutil.Process, str]]:
+    """The live processes under ``pid`` that run one of ``modules``, each with its module."""
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if any(m in " ".join(child.cmdline()) for m in modules) and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
+            command = " ".join(child.cmdline())
+            module = next((m for m in modules if m in command), None)
+            if module is not None and child.status() != psutil.STATUS_ZOMBIE:
+                found.append((child, module))
         except psutil.NoSuchProcess:
             continue
     return found
@@ -48,12 +50,12 @@ def helpers(pid: int, modules: tuple[str, ...]) -> list[psutil.Process]:
 def kill(pid: int, modules: tuple[str, ...]) -> list[str]:
     """SIGKILL every helper of ``modules`` under ``pid``; what was killed (a reader not started yet is not there)."""
     killed = []
-    for process in helpers(pid, modules):
+    for process, module in helpers(pid, modules):
         try:
             os.kill(process.pid, signal.SIGKILL)
-            killed.append(next(m for m in modules if m in " ".join(process.cmdline())))
-        except (ProcessLookupError, psutil.NoSuchProcess):
+        except ProcessLookupError:
             continue
+        killed.append(module)
     return killed
 
 
