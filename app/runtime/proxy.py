@@ -246,7 +246,9 @@ class ProcessRuntime:
     def infer_timed(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
                     speed: float) -> Inference:
         if self._active is None:
-            raise RuntimeError("no backend is loaded")
+            # Nothing is loaded: the process that served has ended and its state is gone (a restore may be starting
+            # another, which must not be asked before its load). The speech is asked again after the restore.
+            raise WorkerGone("no inference process is loaded: the one that served has ended")
         answer = self._call(lambda ident: messages.Infer(ident, slot, tokens, style, speed))
         assert isinstance(answer, messages.Audio)
         with self._lock:
@@ -314,6 +316,7 @@ class ProcessRuntime:
     def _reap(self) -> None:
         child, reader = self._child, self._reader
         self._child = self._reader = None
+        self._active = None  # what it loaded went with it: nothing is served until the next load
         if child is None:
             return
         if child.process.poll() is None:
