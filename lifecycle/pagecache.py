@@ -29,40 +29,34 @@ MADV_PAGEOUT = 21
 
 def evict(paths: list[Path]) -> int:
     """Write back and drop each file's cached pages; returns how many files were advised."""
-    done = 0
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            log.debug("cannot open %s to evict it: %s", path, exc)
-            continue
-        try:
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass  # read-only file systems refuse fsync; their pages are clean anyway
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            done += 1
-        finally:
-            os.close(fd)
-    return done
+    return _advise(paths, os.POSIX_FADV_DONTNEED, flush=True)
 
 
 def read_ahead(paths: list[Path]) -> int:
     """Ask the kernel to read each file into the page cache in the background (``POSIX_FADV_WILLNEED``): one
     sequential sweep instead of the page faults of its first readers; returns how many files were advised."""
+    return _advise(paths, os.POSIX_FADV_WILLNEED)
+
+
+def _advise(paths: list[Path], advice: int, *, flush: bool = False) -> int:
+    """``posix_fadvise(advice)`` on each whole file, after an fsync where ``flush``; how many files were advised."""
     done = 0
     for path in paths:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError as exc:
-            log.debug("cannot open %s to read it ahead: %s", path, exc)
+            log.debug("cannot open %s to advise the page cache: %s", path, exc)
             continue
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            if flush:
+                try:
+                    os.fsync(fd)
+                except OSError:
+                    pass  # read-only file systems refuse fsync; their pages are clean anyway
+            os.posix_fadvise(fd, 0, 0, advice)
             done += 1
-        except OSError:
-            pass
+        except OSError as exc:
+            log.debug("cannot advise the page cache of %s: %s", path, exc)
         finally:
             os.close(fd)
     return done

@@ -171,8 +171,8 @@ class _Context:
             log.log(logging.INFO if code != "internal_error" else logging.ERROR, "context %r ended: %r", self.id, exc)
             await session.error(str(exc) if code != "internal_error" else "internal error", code, self)
             await session.send({"isFinal": True}, self)
-            session.close_code = session.close_code if session.multi else 1013 if code in ("overloaded",
-                                                                                          "unavailable") else 1011
+            if not session.multi:
+                session.close_code = 1013 if code in ("overloaded", "unavailable") else 1011
         finally:
             if session.contexts.get(self.id) is self:
                 del session.contexts[self.id]

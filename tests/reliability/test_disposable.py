@@ -6,9 +6,7 @@ next request is served."""
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 from wyoming.tts import Synthesize, SynthesizeVoice
 
+from bench import faults
 from bench.server import free_port
 from tests.app.http.test_elevenlabs_live import sdk_audio
 from tests.app.test_wyoming import exchange, pcm
@@ -53,22 +51,9 @@ def speak(server: LiveServer, text: str, voice: str = "af_heart", speed: float =
                       json={"input": text, "voice": voice, "response_format": "pcm", "speed": speed, "stream": stream})
 
 
-def helpers(server: LiveServer, module: str) -> list[psutil.Process]:
-    """The server's live children running ``module`` (``app.runtime.child``, ``app.text.readers``)."""
-    found = []
-    for child in psutil.Process(server.process.pid).children():
-        try:
-            if module in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
-                found.append(child)
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
-def kill(processes: list[psutil.Process]) -> None:
-    assert processes
-    for process in processes:
-        os.kill(process.pid, signal.SIGKILL)
+def kill(server: LiveServer, *modules: str) -> None:
+    """SIGKILL the server's helpers running ``modules``: at least one was running."""
+    assert faults.kill(server.process.pid, modules)
 
 
 def metric(server: LiveServer, name: str) -> float:
@@ -85,7 +70,7 @@ def test_every_child_killed_at_once_between_requests_costs_no_request(server: Li
     assert english.status_code == japanese.status_code == 200
     for _ in range(2):
         # As an out-of-memory kill of the container's biggest processes would: both at once, and asked at once.
-        kill(helpers(server, "app.runtime.child") + helpers(server, "app.text.readers"))
+        kill(server, faults.INFERENCE, faults.READER)
         again = speak(server, JAPANESE, "jf_alpha")
         assert again.status_code == 200, again.text
         assert again.content == japanese.content
@@ -94,7 +79,7 @@ def test_every_child_killed_at_once_between_requests_costs_no_request(server: Li
 
 def test_the_reader_killed_alone_costs_no_request(server: LiveServer) -> None:
     japanese = speak(server, JAPANESE, "jf_alpha")
-    kill(helpers(server, "app.text.readers"))
+    kill(server, faults.READER)
     again = speak(server, JAPANESE, "jf_alpha")
     assert again.status_code == 200 and again.content == japanese.content, again.text
 
@@ -135,7 +120,7 @@ def test_a_kill_during_requests_cuts_the_streams_visibly_and_serves_the_one_not_
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert "response" not in waiting and "whole" not in waiting
-    kill(helpers(server, "app.runtime.child"))
+    kill(server, faults.INFERENCE)
     for thread in (audio, sse, late, whole):
         thread.join(120)
         assert not thread.is_alive()
@@ -192,7 +177,7 @@ def test_a_kill_under_the_sockets_first_audio_asks_a_fresh_process(server: LiveS
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert not got
-    kill(helpers(server, "app.runtime.child"))
+    kill(server, faults.INFERENCE)
     for thread in sockets + vehicles:
         thread.join(120)
         assert not thread.is_alive()
