@@ -26,7 +26,7 @@ import numpy.typing as npt
 from app import silence, timestamps
 from app.audio import SAMPLE_RATE
 from app.errors import InferenceFailed, InvalidInput
-from app.pool import Playback, StreamPool
+from app.pool import Playback, StreamPool, admission
 from app.runtime.backends.base import Resolved
 from app.runtime.protocol import Runtime
 from app.text import chunker, languages, words
@@ -75,8 +75,11 @@ class Engine:
 
     def __init__(self, runtime: Runtime, pool: StreamPool, frontend: Frontend, voices: VoiceBank,
                  vocab: Vocab, *, default_lang: str, choice: EngineChoice | None = None,
-                 timestamps: bool = False) -> None:
+                 timestamps: bool = False, rate: float = 0.0) -> None:
         self.runtime = runtime
+        self.rate = rate
+        """The pace later chunks are planned at (`app.text.chunker.chunk`, `app.tune.speed.Pace`); fixed for the
+        instance, so the same request is cut the same way at any load. 0: the doubling rule alone."""
         self.timestamps = timestamps
         """Whether the served model outputs its per-token durations (`app.forms.timed`): word timestamps."""
         self.choice = choice
@@ -111,7 +114,7 @@ class Engine:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
             phoneme_text, spoken = self.frontend.phonemize_words(text, language.key)
-        chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max))
+        chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max, rate=self.rate))
         if not any(self.vocab.ids(c) for c in chunks):
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
         return Plan(voice=resolved, speed=speed, chunks=chunks, phonemes=phoneme_text, spoken=tuple(spoken))
@@ -140,10 +143,13 @@ class Engine:
                   else [()] * len(plan.chunks))
         last = max(k for k, found in enumerate(ids) if found)
         sent = 0
+        ticket = admission.CURRENT.get()
         with nullcontext(playback) if playback is not None else self.pool.playback() as clock:
             for k, phonemes in enumerate(plan.chunks):
                 if not ids[k]:
                     continue
+                if ticket is not None:  # what admission prices this request's place by
+                    ticket.remaining_tokens = sum(len(i) for i in ids[k:])
                 tokens = np.array([[0, *ids[k], 0]], dtype=np.int64)
                 style = plan.voice.style_for(len(ids[k]))
                 # The pause a join keeps is spoken at the request's speed, like the model's own.

@@ -260,7 +260,8 @@ def render(results: dict[str, Any]) -> str:
               "First audio over the requests whose first audio arrived in the window; stalls: seconds a 1x player "
               "starting at the first byte waits for data, per audio-minute, over the window's completed requests.",
               "", "| clients | variant | first audio p50 s | p90 s | stalls s / audio-min | stalled requests | "
-              "audio-s / CPU-s | audio-s / s | requests | errors |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "audio-s / CPU-s | audio-s / s | requests | errors | refused (429) | refusal p90 s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for index, count in enumerate(run_info["clients"]):  # a client count may repeat: one row per level run
         base: dict[str, Any] | None = None
         for name in names:
@@ -273,8 +274,15 @@ def render(results: dict[str, Any]) -> str:
             lines.append(f"| {count} | `{name}` | {_f(level['first_audio_p50'])} | {_f(level['first_audio_p90'])} | "
                          f"{_f(level['stall_s_per_audio_min'])} | {level['stalled_requests']}/"
                          f"{level['stall_requests_n']} | {_f(level['efficiency'])} ({ratio:.2f} x) | "
-                         f"{_f(level['throughput'])} | {level['first_audio_n']} | {level['errors']} |")
+                         f"{_f(level['throughput'])} | {level['first_audio_n']} | {level['errors']} | "
+                         f"{level.get('refused', 0)}{_bare(level)} | {_f(level.get('refused_p90_s'))} |")
     return "\n".join(lines) + "\n"
+
+
+def _bare(level: dict[str, Any]) -> str:
+    """How many refusals said nothing of when to come back, where any did not."""
+    missing = level.get("refused_without_retry_after", 0)
+    return f" ({missing} without Retry-After)" if missing else ""
 
 
 def _f(value: Any) -> str:

@@ -71,6 +71,10 @@ class RequestRecord:
     audio_bytes: int
     status: int
     error: str = ""
+    answered: float | None = None
+    """When its status line arrived (a refusal's whole answer)."""
+    retry_after: bool = False
+    """A refusal (429) that said when to come back (``Retry-After``)."""
     stall_s: float = 0.0
     """Seconds a 1x player starting at the first byte would have waited for data (`stall_seconds`)."""
 
@@ -115,6 +119,11 @@ class LevelResult:
     client_cpu_s: float
     """CPU-seconds the load process itself used (it shares the machine)."""
     records: tuple[RequestRecord, ...]
+    refused: int = 0
+    """Requests answered 429 inside the window."""
+    refused_p90_s: float = math.nan
+    """How long those took to answer, p90."""
+    refused_without_retry_after: int = 0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -193,6 +202,8 @@ async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence
         status = 0
         error = ""
         done: float | None = None
+        answered: float | None = None
+        retry_after = False
         since = sent
         last: int | None = None
         parts: list[tuple[float, int]] = []
@@ -200,6 +211,8 @@ async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence
         try:
             async with http.stream("POST", url, json=body) as response:
                 status = response.status_code
+                answered = time.monotonic() - level.start
+                retry_after = "retry-after" in response.headers
                 if status != 200:
                     error = f"HTTP {status}: " + (await response.aread()).decode(errors="replace")[:200]
                 else:
@@ -238,7 +251,7 @@ async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence
         level.records.append(RequestRecord(index, utterance.id, sent - level.start,
                                            None if first is None else first - level.start,
                                            None if done is None else done - level.start, received, status, error,
-                                           stall_seconds(parts)))
+                                           answered, retry_after, stall_seconds(parts)))
         if error:
             await asyncio.sleep(0.2)  # do not spin on a server that refuses
 
@@ -306,6 +319,8 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
     first = [r.first_audio - r.sent for r in level.records if r.first_audio is not None and w0 <= r.first_audio < w1]
     errors = sum(1 for r in level.records if r.error and r.done is None and "cancelled" not in r.error)
     played = [r for r in level.records if r.first_audio is not None and w0 <= r.first_audio < w1 and r.done is not None]
+    refused = [r for r in in_window if r.status == 429]
+    refusal_s = [r.answered - r.sent for r in refused if r.answered is not None]
     played_audio_s = sum(r.audio_bytes for r in played) / BYTES_PER_AUDIO_S
     stall_rate = 60.0 * sum(r.stall_s for r in played) / played_audio_s if played_audio_s > 0 else math.nan
     return LevelResult(
@@ -319,7 +334,9 @@ async def run_level(url: str, pid: int, clients: int, items: Sequence[corpus_mod
         first_audio_max=max(first) if first else math.nan, first_audio_n=len(first),
         stall_s_per_audio_min=stall_rate, stalled_requests=sum(1 for r in played if r.stall_s > 0.01),
         stall_requests_n=len(played), client_cpu_s=client_cpu,
-        records=tuple(sorted(level.records, key=lambda r: r.sent)),
+        records=tuple(sorted(level.records, key=lambda r: r.sent)), refused=len(refused),
+        refused_p90_s=percentile(refusal_s, 90),
+        refused_without_retry_after=sum(1 for r in refused if not r.retry_after),
     )
 
 

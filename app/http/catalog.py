@@ -74,6 +74,7 @@ async def info(request: Request) -> JSONResponse:
         "cpu_budget": {**dataclasses.asdict(svc.budget), "cpus": svc.budget.cpus, "cores": svc.budget.cores},
         "pool": {"streams": svc.shape.streams, "threads_per_stream": svc.shape.threads_per_stream,
                  "slots": svc.pool.slots, **svc.pool.snapshot()},
+        "pace": svc.pace.public() if svc.pace is not None else None,
         "formats": list(FORMATS),
         "settings": svc.settings.public(),
     })

@@ -89,7 +89,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
         metrics.watch(manager.snapshot)
         metrics.watch_pool(built.engine.pool.snapshot)
         metrics.watch_readers(lambda: built.engine.frontend.reader_retries)
-        services = Services(settings, built.engine, manager, metrics, budget, built.shape)
+        services = Services(settings, built.engine, manager, metrics, budget, built.shape, built.pace)
         await manager.start()
         log.info("serving %s: %s", settings.backend, built.engine.resolved)
         voice_server = await wyoming.serve(services) if settings.wyoming_port else None

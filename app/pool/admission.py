@@ -1,73 +1,90 @@
-"""Who gets in and when a new request may start: admission in real time (429 beyond it) and the real-time hold."""
+"""Who gets in and when a new request may start: as many listeners as the pool plays in real time, a short queue
+whose first audio will still come soon, and 429 at once beyond it."""
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from app.errors import Overloaded
 from app.pool.throughput import Throughput
 
-REALTIME_FACTOR = 1.25
-"""The server's real-time hold factor: new requests wait while the players would need more than this many times
-the measured capacity. Above 1, so that a pool near its capacity is left alone."""
+FIRST_AUDIO_BOUND_S = 2.0
+"""The server's bound on a queued request's expected first audio: a request that would wait longer for a listener's
+place gets 429 with Retry-After at once, so that the platform sends it elsewhere instead of a client waiting."""
 REALTIME_MAX_HOLD_S = 10.0
-"""The server's longest hold for real-time capacity: the players a request waits for may be long inputs whose
-synthesis takes minutes, longer than a client waits for a first byte."""
-MAX_QUEUE_WAIT_S = 10.0
-"""The server's bound on a queued request's expected wait for a listener's place: beyond it a new request gets 429
-at once, so that the platform sends it elsewhere instead of a client waiting longer than it would for a new
-instance."""
+"""The longest a first chunk is held for a listener's place whatever the estimate said: the places it waits for may
+be long inputs whose synthesis takes minutes, longer than a client waits for a first byte."""
 FIRST_REQUEST_S = 5.0
-"""A request's life until one has been measured: with `MAX_QUEUE_WAIT_S` it admits three requests per slot."""
+"""A request's life until one has been measured (Retry-After when nothing better is known)."""
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One admitted request's place, from `Admission.admit` to its end. Event loop only."""
+
+    started: bool = False
+    """Its first chunk was given a slot: it holds one of the listeners' places until its synthesis ends."""
+    ended: bool = False
+    """Its synthesis ended (or it left before): the place is free, whatever the response still sends."""
+    remaining_tokens: int | None = None
+    """Tokens its plan has yet to synthesize (`app.engine.Engine.stream_timed` keeps it), None until planned."""
+
+
+CURRENT: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("admission_ticket", default=None)
+"""The ticket of the request the running task serves (set by `Admission.admit`), read by the pool's runs and clocks."""
 
 
 class Admission:
-    """Admission in real time, in front of ``slots`` slots, and the real-time hold. Event loop only: nothing is locked.
+    """Admission in real time in front of a pool of ``slots`` slots. Event loop only: nothing is locked.
 
-    - `admit` counts a request in for its whole life, or raises `Overloaded` (with a Retry-After) at once when
-      `capacity` requests are already admitted: latency never grows without bound.
-    - `capacity` counts in listeners, not streams: as many requests as the pool plays at 1x (`listeners`: the
-      measured real-time capacity, at least one per slot, one per slot until measured), then as many more as
-      would wait at most `MAX_QUEUE_WAIT_S` for one of them to end (at the mean request time), at least one
-      per slot. ``max_requests`` > 0 fixes it instead, for an operator who matches it to the platform's concurrency.
-    - The players (requests whose first audio has left and whose synthesis has not ended) are counted here:
-      `StreamPool.playback` calls `start_playing` at a request's first audio and `stop_playing` at its end.
-    - `holds` tells the schedule whether a first chunk must wait for real-time capacity (``realtime_factor`` > 0):
-      while the players would need more than ``realtime_factor`` × the measured capacity (`Throughput.capacity`)
-      at 1x, never while fewer play than there are slots. The schedule ends a hold after ``max_hold_s``.
+    - ``listeners`` requests synthesize at once (`app.tune.speed.Pace`: as many as each play in real time at the
+      chunk plan's pace; 0: one per slot). A request arriving with fewer synthesizing is admitted and starts at once.
+    - Beyond them, a request is admitted to wait for a place only while its first audio is expected within
+      `FIRST_AUDIO_BOUND_S`: the place it would take frees when the synthesizing request with the least left ends
+      (its remaining tokens at the measured seconds per token), plus its own first chunk. Else it is refused at once
+      with `Overloaded` and a Retry-After of when that place frees. ``max_requests`` > 0 caps the admitted count as
+      well (an operator matching the platform's concurrency).
+    - `holds` tells the schedule a first chunk must wait: while ``listeners`` requests have started; the schedule
+      ends a hold after ``max_hold_s`` whatever happens.
+    - The players (requests whose first audio has left and whose synthesis has not ended) are counted for the info
+      endpoint: `StreamPool.playback` calls `start_playing` and `stop_playing`.
     """
 
-    def __init__(self, slots: int, throughput: Throughput, *, max_requests: int = 0, realtime_factor: float = 0.0,
-                 max_hold_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, throughput: Throughput, *, listeners: int = 0, max_requests: int = 0,
+                 max_hold_s: float = 0.0, first_tokens: int = 20,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = slots
         self.max_requests = max_requests
-        self.realtime_factor = realtime_factor
         self.max_hold_s = max_hold_s
-        """Longest a first chunk is held for real-time capacity before it is scheduled as if admission were off
-        (0: no bound)."""
+        """Longest a first chunk is held for a place before it is scheduled all the same (0: no bound)."""
+        self.first_tokens = first_tokens
+        """A first chunk's tokens: prices a queued request's own first audio."""
+        self._listeners = listeners or slots
         self._throughput = throughput
         self._clock = clock
+        self._tickets: list[Ticket] = []
         self._admitted = 0
         self._playing = 0
         self._mean_request_s = FIRST_REQUEST_S
 
     @property
     def listeners(self) -> int:
-        """Requests the pool plays at once at 1x: its measured real-time capacity, at least one per slot."""
-        measured = self._throughput.capacity
-        return self.slots if measured is None else max(self.slots, math.floor(measured))
+        """Requests that synthesize at once, each playing in real time."""
+        return self._listeners
 
     @property
     def capacity(self) -> int:
-        """The most requests admitted at once now: the listeners and those queued for their places."""
-        if self.max_requests > 0:
-            return self.max_requests
-        listeners = self.listeners
-        # At least one queued per slot: it picks up the slot the moment a chunk ends, whatever requests last.
-        return listeners + max(self.slots, math.floor(MAX_QUEUE_WAIT_S * listeners / self._mean_request_s))
+        """The most requests admitted at once now: the listeners and the queue whose first audio would come soon."""
+        queue = 0
+        while self._first_audio_s(self._listeners + queue) <= FIRST_AUDIO_BOUND_S:
+            queue += 1
+        most = self._listeners + queue
+        return min(most, self.max_requests) if self.max_requests > 0 else most
 
     @property
     def admitted(self) -> int:
@@ -78,28 +95,69 @@ class Admission:
         """Requests whose first audio has left and whose synthesis has not ended."""
         return self._playing
 
+    @property
+    def started(self) -> int:
+        """Requests holding a listener's place: their first chunk has run or runs, their synthesis goes on."""
+        return sum(1 for t in self._tickets if t.started and not t.ended)
+
+    def _synthesizing(self) -> int:
+        return sum(1 for t in self._tickets if not t.ended)
+
     @contextmanager
-    def admit(self) -> Iterator[None]:
+    def admit(self) -> Iterator[Ticket]:
         """Count one request in for the duration of the block, or refuse it with `Overloaded`."""
-        if self._admitted >= self.capacity:
+        synthesizing = self._synthesizing()
+        full = self.max_requests > 0 and self._admitted >= self.max_requests
+        if full or (synthesizing >= self._listeners and self._first_audio_s(synthesizing) > FIRST_AUDIO_BOUND_S):
             raise Overloaded(
-                f"{self._admitted} requests are streaming or waiting, the most this server takes at once; retry later",
-                retry_after_s=self.retry_after_s(),
-            )
+                f"{synthesizing} requests are synthesizing or waiting, the most this server plays in real time; "
+                "retry later", retry_after_s=self.retry_after_s())
+        ticket = Ticket()
+        self._tickets.append(ticket)
         self._admitted += 1
+        token = CURRENT.set(ticket)
         start = self._clock()
         try:
-            yield
+            yield ticket
         finally:
+            try:
+                CURRENT.reset(token)
+            except ValueError:
+                pass  # closed from another task than the one it was set in (a response's body task): nothing to undo
             self._admitted -= 1
-            # An exponential average of request time drives the queue's bound and Retry-After.
+            self._tickets.remove(ticket)
+            ticket.ended = True
+            # An exponential average of request time is the Retry-After when nothing better is known.
             self._mean_request_s = 0.8 * self._mean_request_s + 0.2 * (self._clock() - start)
 
+    def _left_s(self) -> list[float]:
+        """Seconds of synthesis left to each synthesizing request that has started, least first (inf: unknown)."""
+        per_token = self._throughput.seconds_per_token
+        left = [t.remaining_tokens * per_token if t.remaining_tokens is not None and per_token > 0 else math.inf
+                for t in self._tickets if t.started and not t.ended]
+        return sorted(left)
+
+    def _first_audio_s(self, synthesizing: int) -> float:
+        """When a request arriving with ``synthesizing`` requests ahead of it would hear its first audio."""
+        if synthesizing < self._listeners:
+            return 0.0
+        per_token = self._throughput.seconds_per_token
+        left = self._left_s()
+        ahead = synthesizing - self._listeners  # queued before it: each takes the next place that frees
+        if per_token <= 0 or ahead >= len(left):
+            return math.inf
+        return left[ahead] + self.first_tokens * per_token
+
     def retry_after_s(self) -> int:
-        """Seconds until a place is likely free: the queue drains at listeners per mean request time."""
-        listeners = self.listeners
-        waiting = max(1, self._admitted - listeners + 1)
-        return max(1, min(60, math.ceil(self._mean_request_s * waiting / listeners)))
+        """Seconds until a place is likely free: when the next synthesizing request ends, else a mean request."""
+        left = [s for s in self._left_s() if math.isfinite(s)]
+        seconds = left[0] if left else self._mean_request_s
+        return max(1, min(60, math.ceil(seconds)))
+
+    def start(self, ticket: Ticket) -> None:
+        """``ticket``'s first chunk got a slot: it holds a listener's place from now."""
+        ticket.started = True
+
 
     def start_playing(self) -> None:
         """A request's first audio has left."""
@@ -110,12 +168,5 @@ class Admission:
         self._playing -= 1
 
     def holds(self, first: bool) -> bool:
-        """Whether a chunk (``first``: a request's first) must wait for real-time capacity now."""
-        if not first or self.realtime_factor <= 0:
-            return False
-        capacity = self._throughput.capacity
-        if capacity is None:
-            return False
-        # The request about to start needs 1 audio-second per second too. At least one request per slot always
-        # plays: each request's chunks run one at a time, so with fewer playing a stream would idle.
-        return self._playing >= self.slots and self._playing + 1 > capacity * self.realtime_factor
+        """Whether a chunk (``first``: a request's first, whose ticket has not started) must wait for a place now."""
+        return first and self.started >= self._listeners

@@ -29,6 +29,9 @@ class Lease:
 
     slot: int
     """The runtime's slot (its infer request) the holder may use, and no one else while it is held."""
+    slots: tuple[int, ...] = ()
+    """The stream slots it holds: its own, or for a wide lease (`Schedule.acquire`) every one, whose threads the wide
+    slot runs on."""
     released: bool = False
 
 
@@ -74,6 +77,7 @@ class _Waiter:
     first: bool = field(compare=False)
     since: float = field(compare=False)
     """When it began to wait (the clock's time)."""
+    on_grant: Callable[[], None] | None = field(compare=False, default=None)
 
 
 class Schedule:
@@ -88,11 +92,17 @@ class Schedule:
       reruns the schedule then, and `wake` must be called whenever what admission decides may have changed.
     - If the awaiting task is cancelled (client hung up) while it waits, it leaves the queue; if the slot was
       handed to it in the same instant, the slot goes on to the next waiter.
+    - A chunk that may run wide (``wide``: the pool has a wide slot) gets it where every slot is free, no one waits
+      and the chunk is not held: its lease holds every slot, so nothing else runs until it ends (the pool bounds
+      which chunks ask: `app.pool.StreamPool.run`).
     - The holder of a lease gives it back once with `release` (`app.pool.StreamPool.run` does, after the
       inference's thread has ended): a slot is never handed to a second holder while the first still uses it.
     """
 
-    def __init__(self, slots: int, hold: Hold, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, slots: int, hold: Hold, *, clock: Callable[[], float] = time.monotonic,
+                 wide_slot: int | None = None) -> None:
+        self._slots = slots
+        self._wide_slot = wide_slot
         self._free = list(range(slots))
         self._waiters: list[_Waiter] = []
         self._hold = hold
@@ -113,13 +123,22 @@ class Schedule:
         """Slots no lease holds."""
         return len(self._free)
 
-    async def acquire(self, due: float, order: int, first: bool) -> Lease:
-        """A slot for a chunk due at ``due`` (the clock's time) of the request ``order`` (``first``: its first)."""
+    async def acquire(self, due: float, order: int, first: bool, wide: bool = False,
+                      on_grant: Callable[[], None] | None = None) -> Lease:
+        """A slot for a chunk due at ``due`` (the clock's time) of the request ``order`` (``first``: a first chunk that
+        admission may hold); ``wide``: the wide slot where the pool is idle; ``on_grant`` is called as the slot is
+        handed over (before any other waiter is considered)."""
         key = (due, order, next(self._arrivals))
         if self._free and not self._waiters and not self._hold.holds(first):
-            return Lease(self._free.pop())
+            if on_grant is not None:
+                on_grant()
+            if wide and self._wide_slot is not None and len(self._free) == self._slots:
+                held, self._free = tuple(self._free), []
+                return Lease(self._wide_slot, held)
+            slot = self._free.pop()
+            return Lease(slot, (slot,))
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(key, loop.create_future(), first, self._clock())
+        waiter = _Waiter(key, loop.create_future(), first, self._clock(), on_grant)
         if self._hold.holds(first):
             self.held_back += 1
             if self._hold.max_hold_s > 0:
@@ -141,7 +160,7 @@ class Schedule:
         if lease.released:
             raise RuntimeError(f"slot {lease.slot} released twice")
         lease.released = True
-        self._free.append(lease.slot)
+        self._free.extend(lease.slots)
         self.wake()
 
     def wake(self) -> None:
@@ -157,7 +176,10 @@ class Schedule:
             if waiter.future.done():  # cancelled meanwhile
                 continue
             self.hold_expired += waiter.first and self._hold.holds(True)
-            waiter.future.set_result(Lease(self._free.pop()))
+            if waiter.on_grant is not None:
+                waiter.on_grant()
+            slot = self._free.pop()
+            waiter.future.set_result(Lease(slot, (slot,)))
 
     def _next_waiter(self) -> int | None:
         """The earliest waiter that may run now: a first chunk held for real-time capacity is skipped until it has

@@ -14,6 +14,13 @@ synthesis of chunk k+1 runs while chunk k plays, so a chunk a few times as long 
 fed where a stream runs a few times faster than real time, and ``max_tokens`` bounds how long one
 running chunk can keep a new request's first chunk waiting for its stream.
 
+**Paced by the engine's speed.** Where the server knows how fast a listener's chunks are made at the load it admits
+(``rate``: seconds of audio the model makes per second, `app.tune.speed`), each later bound is also no longer than the
+audio already ahead of the listener can cover: a chunk of t tokens costs (t + `PAD_TOKENS`) / rate to make, and must be
+made before the t' tokens already sent play out (less `MARGIN_TOKENS`). On a fast CPU that bound is above the doubling
+rule's and the chunks are those of the doubling rule; on a slow one they grow more slowly, so the listener never runs
+dry. The rate is fixed for the instance (it never follows the load), so the same request is cut the same way.
+
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
 its tokens (the model pads each chunk with audio the server trims), so a short rest costs nearly as
 much as a full chunk. A first sentence whose rest after the first chunk would be shorter than
@@ -22,6 +29,7 @@ much as a full chunk. A first sentence whose rest after the first chunk would be
 
 from __future__ import annotations
 
+import math
 import re
 from collections import deque
 
@@ -35,6 +43,16 @@ three times real time, 60 did not and its listeners stalled (docs/experiments.md
 MAX_CHUNK_TOKENS = 120
 """Bound on later chunks: one running chunk holds its stream this long, so a new request's first chunk can wait for
 it; a hung-up client's synthesis stops after the chunk in progress."""
+PAD_TOKENS = 12
+"""What the model's edge padding costs each inference, in tokens of speech: it makes about 0.8 s of silence per chunk
+(before and after the speech; `app.silence` trims it at the joins), as long to make as some 12 tokens of speech. A
+stream's time is in proportion to the audio it makes, padding included, with almost nothing fixed beside it."""
+MARGIN_TOKENS = 3
+"""Speech kept in hand when a paced chunk is due (about 0.2 s): the hand-over to the client, the event loop, and the
+spread of audio per token between one text and another."""
+GROWTH = 1.25
+"""How much longer than the first chunk a paced plan's second chunk must be allowed to grow (`min_rate`): below that
+rate the chunks cannot outgrow their padding and a listener would stall whatever the plan."""
 MIN_REST = 10
 """Fewest tokens the rest of a first sentence may have once the first chunk is cut from it (module docstring)."""
 
@@ -46,22 +64,40 @@ _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
 
 
 def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = MAX_CHUNK_TOKENS,
-          second_max: int = SECOND_CHUNK_TOKENS) -> list[str]:
+          second_max: int = SECOND_CHUNK_TOKENS, rate: float = 0.0) -> list[str]:
     """Chunks of ``phonemes``: the first at most ``first_max`` characters (or the whole first sentence, where
     cutting it there would leave a rest shorter than `MIN_REST`), the second at most ``second_max`` (0: twice
-    ``first_max``), later ones up to ``max_tokens``, each bound twice the one before (the rule when nothing tells how
-    long a later chunk may be)."""
+    ``first_max``), later ones up to ``max_tokens``, each bound twice the one before; with ``rate`` > 0 each later
+    bound is also at most what the audio ahead covers at that rate (`paced_bound`), never under half ``first_max``
+    (shorter chunks cost their padding for almost no speech)."""
     max_tokens = min(max_tokens, MODEL_MAX_TOKENS)
     head, rest = first(phonemes, first_max, max_tokens)
     if not head:
         return []
     out = [head]
     limit = 0
+    ahead = float(len(head))
     while rest:
         limit = next_bound(limit, first_max, second_max, max_tokens)
+        if rate > 0:
+            limit = max(min(first_max // 2, limit), min(limit, paced_bound(ahead, rate)))
         piece, rest = take(rest, limit, whole_within=max_tokens)
         out.append(piece)
+        if rate > 0:
+            ahead += len(piece) - (len(piece) + PAD_TOKENS) / rate
     return out
+
+
+def paced_bound(ahead: float, rate: float) -> int:
+    """The longest chunk a listener with ``ahead`` tokens of speech still to play can wait for, where chunks are made
+    at ``rate`` seconds of audio per second (its padding, `PAD_TOKENS`, included) and `MARGIN_TOKENS` stay in hand."""
+    return math.floor(rate * (ahead - MARGIN_TOKENS) - PAD_TOKENS)
+
+
+def min_rate(first_max: int = FIRST_CHUNK_TOKENS) -> float:
+    """The least rate at which a paced plan's second chunk may be `GROWTH` times its first: the speed a listener needs
+    for chunks to outgrow their padding (`app.tune.speed` admits as many listeners as each get it)."""
+    return (GROWTH * first_max + PAD_TOKENS) / (first_max - MARGIN_TOKENS)
 
 
 def next_bound(previous: int, first_max: int, second_max: int, max_tokens: int) -> int:

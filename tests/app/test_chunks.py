@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.engine import Engine
-from app.pool import DEADLINE_MARGIN_S, FIRST_CHUNK_CREDIT_S, REALTIME_FACTOR, REALTIME_MAX_HOLD_S, StreamPool
+from app.pool import DEADLINE_MARGIN_S, FIRST_CHUNK_CREDIT_S, REALTIME_MAX_HOLD_S, StreamPool
 from app.runtime.backends.base import Inference
 from app.text import chunker
 from app.text.vocab import Vocab
@@ -47,7 +47,7 @@ def _engine(per_token_s: float = 0.0005, *, slots: int = 1) -> tuple[Engine, Tim
     runtime = TimedRuntime(per_token_s, slots)
     runtime.load()
     pool = StreamPool(slots, max_requests=slots + 16, margin_s=DEADLINE_MARGIN_S, first_credit_s=FIRST_CHUNK_CREDIT_S,
-                      realtime_factor=REALTIME_FACTOR, max_hold_s=REALTIME_MAX_HOLD_S)
+                      max_hold_s=REALTIME_MAX_HOLD_S)
     engine = Engine(runtime, pool, FakeFrontend(), VoiceBank.load(None), Vocab.embedded(),  # type: ignore[arg-type]
                     default_lang="en-us", timestamps=True)
     return engine, runtime

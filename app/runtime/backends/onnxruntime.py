@@ -1,8 +1,12 @@
 """ONNX Runtime: the reference backend for output checks.
 
 Sized: one session per stream, each with its own intra-op pool of T threads and no spinning,
-so streams never share a thread pool. Runtime defaults (benchmark baseline): one session with
-ONNX Runtime's default threading, shared by all slots (``run`` is thread-safe).
+so streams never share a thread pool; beside them, where there are several streams, one **wide** session on all of
+their threads (slot ``streams``), which the pool gives a chunk while the other streams idle (`app.pool.schedule`):
+a lone request then uses every core. Its audio is the streams' bit for bit (the thread count splits each kernel's
+output, not its sums: tests/app/runtime/test_wide.py checks), and opened from the saved graph it maps the same
+packed weights, so it costs a session's heap, not another copy of the model. Runtime defaults (benchmark
+baseline): one session with ONNX Runtime's default threading, shared by all slots (``run`` is thread-safe).
 
 With ``optimized_dir`` the graph ONNX Runtime optimizes at the first open is saved there and later opens load it
 with optimization off: about half the time, and bit-identical audio (checked in
@@ -63,6 +67,8 @@ class OnnxRuntimeBackend:
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
+        self._wide: Any = None
+        """The wide session (module docstring), or a `Future` of it while it opens; None where there is none."""
         self._held: list[Any] = []
         self._running: Counter[int] = Counter()
         """Inferences running per session (by id): which open session a slot still opening may borrow."""
@@ -86,14 +92,32 @@ class OnnxRuntimeBackend:
         else:
             self._sessions = self._sized_sessions(ort, self._shape.streams)
             streams, threads = self._shape.streams, self._shape.threads
+            if self.wide_slot is not None:
+                # Opened behind the streams: until it is, the wide slot borrows an idle stream (`_session`).
+                opener = ThreadPoolExecutor(1, thread_name_prefix="ort-open")
+                self._wide = opener.submit(self._sized_session, ort, self._shape.threads)
+                opener.shutdown(wait=False)
         # A timed model (app.forms.timed) has the durations as its second output.
         names = [o.name for o in self._session(0).get_outputs()]
         self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]
         return Resolved(
             backend=self.name, slots=len(self._sessions), streams=streams, threads=threads, precision="f32",
             load_s=time.perf_counter() - start, from_cache=None,
-            extra={"onnxruntime": ort.__version__, "model": str(self._model_path)},
+            extra={"onnxruntime": ort.__version__, "model": str(self._model_path),
+                   "wide_threads": self._shape.threads if self.wide_slot is not None else 0},
         )
+
+    @property
+    def wide_slot(self) -> int | None:
+        """The wide session's slot (module docstring); None where the pool has one stream or runs the runtime's
+        defaults."""
+        return self._shape.streams if not self._runtime_defaults and self._shape.streams > 1 else None
+
+    @property
+    def wide_open(self) -> bool:
+        """Whether the wide session has opened (until then its slot borrows an idle stream's session)."""
+        wide = self._wide
+        return wide is not None and (not isinstance(wide, Future) or wide.done())
 
     def hold(self) -> None:
         """Open one stream's session now, ahead of the next load: a process waiting released for a restore
@@ -124,10 +148,11 @@ class OnnxRuntimeBackend:
             rest = list(pool.map(lambda _: self._sized_session(ort), range(count - len(first))))
         return first + rest
 
-    def _sized_session(self, ort: Any) -> Any:
+    def _sized_session(self, ort: Any, threads: int = 0) -> Any:
+        """One stream's session, or with ``threads`` the wide one."""
         def options() -> Any:
             opts = ort.SessionOptions()
-            opts.intra_op_num_threads = self._shape.threads_per_stream
+            opts.intra_op_num_threads = threads or self._shape.threads_per_stream
             opts.inter_op_num_threads = 1
             opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
             # ONNX Runtime plans one block per input shape for all of a run's tensors (a memory pattern) and keeps
@@ -218,6 +243,7 @@ class OnnxRuntimeBackend:
 
     def unload(self) -> None:
         self._sessions = []
+        self._wide = None
         self._held = []
 
     def infer(self, slot: int, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
@@ -242,15 +268,26 @@ class OnnxRuntimeBackend:
         """``slot``'s session; while it is still opening behind a held one (`_sized_sessions`), an open one that no
         inference runs on (the pool hands out slots in any order, and the request that caused a restore must not wait
         for a session to open while the held one idles; ``run`` is thread-safe either way), else it once open."""
+        if slot == self.wide_slot:
+            wide = self._wide
+            if isinstance(wide, Future) and wide.done():
+                wide = self._wide = wide.result()
+            if wide is not None and not isinstance(wide, Future):
+                return wide
+            return self._idle() or self._session(0)  # the same bytes on fewer threads (module docstring)
         session = self._sessions[slot]
         if not isinstance(session, Future):
             return session
         if session.done():
             opened = self._sessions[slot] = session.result()
             return opened
+        return self._idle() or session.result()
+
+    def _idle(self) -> Any:
+        """An open stream session that no inference runs on, or None."""
         with self._lock:
             idle = [s for s in self._sessions if not isinstance(s, Future) and not self._running[id(s)]]
-        return idle[0] if idle else session.result()
+        return idle[0] if idle else None
 
     def files(self) -> list[Path]:
         found = [self._model_path]

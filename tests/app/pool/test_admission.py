@@ -1,5 +1,5 @@
-"""Admission: bounded in real time (429 with Retry-After), and new requests held before their first byte while the
-players already need the pool's real-time capacity.
+"""Admission: as many listeners as the pace allows start at once, a request whose first audio would come soon waits
+for a place, and every other one is refused at once with a Retry-After of when a place frees.
 
 Fast: the pool reads a clock the test moves, and each measured "inference" moves it instead of sleeping.
 """
@@ -7,26 +7,24 @@ Fast: the pool reads a clock the test moves, and each measured "inference" moves
 from __future__ import annotations
 
 import asyncio
-import math
 from contextlib import ExitStack
 
 import pytest
 
 from app.errors import Overloaded
-from app.pool import StreamPool
-from app.pool.admission import FIRST_REQUEST_S, MAX_QUEUE_WAIT_S
+from app.pool import FIRST_AUDIO_BOUND_S, StreamPool
+from app.pool.admission import FIRST_REQUEST_S
 from tests.app.pool.gate import Gate, run, until
 from tests.clock import FakeClock
 
 
-async def _measure(pool: StreamPool, clock: FakeClock, *, seconds: float, audio_s: float) -> None:
-    """Four inferences of ``seconds`` each that make ``audio_s`` of audio: the capacity is then measured."""
-    for _ in range(4):
-        await pool.run(lambda slot: clock.advance(seconds), tokens=10, audio_s=lambda _: audio_s)
+def _priced(pool: StreamPool, seconds_per_token: float) -> None:
+    """The measured seconds per token a queued request's wait is priced with."""
+    pool.throughput.seconds_per_token = seconds_per_token
 
 
-def test_max_requests_fixes_the_bound() -> None:
-    pool = StreamPool(1, max_requests=2, clock=FakeClock())
+def test_max_requests_caps_what_is_admitted() -> None:
+    pool = StreamPool(1, listeners=4, max_requests=2, clock=FakeClock())
     with pool.admit(), pool.admit():
         with pytest.raises(Overloaded) as refused:
             with pool.admit():
@@ -35,117 +33,97 @@ def test_max_requests_fixes_the_bound() -> None:
     assert pool.admitted == 0 and pool.capacity == 2
 
 
-def test_retry_after_follows_the_mean_request_time() -> None:
-    clock = FakeClock()
-    pool = StreamPool(1, max_requests=2, clock=clock)
-    assert pool.retry_after_s() == FIRST_REQUEST_S  # a guess until a request has ended
-    for _ in range(2):
-        with pool.admit():
-            clock.advance(10.0)
-    mean_s = 0.8 * (0.8 * FIRST_REQUEST_S + 0.2 * 10.0) + 0.2 * 10.0
-    with pool.admit(), pool.admit():
+def test_the_listeners_start_at_once_and_the_next_request_is_refused_while_its_wait_is_unknown() -> None:
+    """Beyond the listeners nothing is known of when a place frees (no request has started): 429 at once, with the
+    mean request's time as its Retry-After."""
+    pool = StreamPool(2, listeners=3, clock=FakeClock())
+    assert pool.listeners == 3 and pool.capacity == 3
+    with ExitStack() as admitted:
+        for _ in range(3):
+            admitted.enter_context(pool.admit())
         with pytest.raises(Overloaded) as refused:
-            with pool.admit():
-                pass
-    assert refused.value.retry_after_s == math.ceil(mean_s * 2)  # two ahead of it, one listener
+            admitted.enter_context(pool.admit())
+        assert refused.value.retry_after_s == FIRST_REQUEST_S
+    assert pool.admitted == 0
 
 
-def test_admission_counts_listeners_in_real_time_not_streams() -> None:
-    """One stream at 5 x real time plays five listeners: a fourth concurrent request is admitted (counted in
-    streams and a queue of two per stream it was refused), and beyond the listeners requests queue only while
-    their expected wait for a place stays within ``MAX_QUEUE_WAIT_S``."""
+def test_a_request_waits_only_while_its_first_audio_comes_within_the_bound() -> None:
+    """One listener synthesizing with 10 tokens left at 0.05 s per token: a place frees in 0.5 s, and the newcomer's
+    own 20-token first chunk takes 1 s more, within the bound: it is admitted. A second newcomer would wait for the
+    same request's place after the first: refused, with a Retry-After of when that place frees."""
     async def main() -> None:
         clock = FakeClock()
-        pool = StreamPool(1, clock=clock)
-        assert pool.listeners == 1  # one per slot until measured
-        assert pool.capacity == 1 + max(1, math.floor(MAX_QUEUE_WAIT_S * 1 / FIRST_REQUEST_S))
-        await _measure(pool, clock, seconds=0.02, audio_s=0.1)
-        assert pool.realtime_capacity == pytest.approx(5.0) and pool.listeners == 5
-        for _ in range(10):  # requests of 20 s each: the mean request time approaches 20 s
-            with pool.admit():
-                clock.advance(20.0)
-        mean_s = 20.0 - (20.0 - FIRST_REQUEST_S) * 0.8 ** 10
-        queued = math.floor(MAX_QUEUE_WAIT_S * 5 / mean_s)
-        assert queued >= 1 and pool.capacity == 5 + queued
-        with ExitStack() as admitted:
-            for _ in range(5 + queued):
-                admitted.enter_context(pool.admit())
-            with pytest.raises(Overloaded) as refused:
-                admitted.enter_context(pool.admit())
-            assert refused.value.retry_after_s == math.ceil(mean_s * (queued + 1) / 5)
+        pool = StreamPool(1, listeners=1, clock=clock)
+        _priced(pool, 0.05)
+        gate = Gate()
+        with pool.admit() as ticket, pool.playback() as playing:
+            await pool.run(gate.job("first"), playback=playing)
+            assert ticket.started
+            ticket.remaining_tokens = 10
+            assert pool.capacity == 2
+            with pool.admit() as queued:
+                assert not queued.started
+                with pytest.raises(Overloaded) as refused:
+                    with pool.admit():
+                        pass
+                assert refused.value.retry_after_s == 1
+            ticket.remaining_tokens = int(FIRST_AUDIO_BOUND_S / 0.05)  # now its place frees too late
+            assert pool.capacity == 1
+            with pytest.raises(Overloaded):
+                with pool.admit():
+                    pass
         assert pool.admitted == 0
 
     run(main)
 
 
-def test_a_stream_slower_than_real_time_still_counts_one_listener() -> None:
+def test_a_queued_request_starts_when_a_place_frees_not_when_a_slot_does() -> None:
+    """Two slots, one listener: the queued request's first chunk waits although a slot is free, while the listener's
+    own later chunks run; it starts once the listener's synthesis has ended."""
     async def main() -> None:
         clock = FakeClock()
-        pool = StreamPool(2, clock=clock)
-        await _measure(pool, clock, seconds=0.02, audio_s=0.005)  # each stream at a quarter of real time
-        assert pool.realtime_capacity == pytest.approx(0.5) and pool.listeners == 2
-        info = pool.snapshot()
-        assert info["listeners"] == 2 and info["capacity"] == pool.capacity and info["max_requests"] == 0
-
-    run(main)
-
-
-def test_beyond_realtime_capacity_a_new_request_waits_before_its_first_byte() -> None:
-    async def main() -> None:
-        clock = FakeClock()
-        pool = StreamPool(1, realtime_factor=1.0, clock=clock)
+        pool = StreamPool(2, listeners=1, clock=clock)
+        _priced(pool, 0.01)
         gate = Gate()
-        await _measure(pool, clock, seconds=0.02, audio_s=0.03)  # its audio 1.5 x faster than real time
-        assert pool.realtime_capacity == pytest.approx(1.5)
-        with pool.playback() as playing:
-            playing.sent(2.0)  # one request plays: a second would need 2 audio-s per s
-            held = asyncio.create_task(pool.run(gate.job("held")))
-            await until(lambda: pool.waiting == 1)
-            assert gate.ran == [] and pool.schedule.held_back == 1  # the slot is free, yet the new request waits
-            # The playing request's own later chunks still run.
-            assert await pool.run(gate.job("later"), playback=playing) == "later"
-            assert gate.ran == ["later"] and pool.waiting == 1
-        await held  # its synthesis ended: the waiting request starts
-        assert gate.ran == ["later", "held"]
 
-    run(main)
+        async def newcomer() -> str:
+            with pool.admit():
+                with pool.playback() as clock_:
+                    return await pool.run(gate.job("held"), playback=clock_)
 
-
-def test_realtime_admission_never_holds_a_request_back_while_a_stream_would_idle() -> None:
-    """With fewer requests playing than slots a stream has nothing to run between their chunks, so a newcomer starts
-    even where the players alone need more than the measured capacity; once every slot has a player, it waits."""
-    async def main() -> None:
-        clock = FakeClock()
-        pool = StreamPool(2, realtime_factor=1.0, clock=clock)
-        gate = Gate()
-        await _measure(pool, clock, seconds=0.02, audio_s=0.01)  # each stream at half real time: capacity 1
-        assert pool.realtime_capacity == pytest.approx(1.0)
-        with pool.playback() as one:
-            one.sent(2.0)  # one plays; with a second, two would need 2 audio-s per s
-            assert await asyncio.wait_for(pool.run(gate.job("second")), 5) == "second"
-            assert pool.schedule.held_back == 0
-            with pool.playback() as two:
-                two.sent(2.0)  # a player per slot: a third waits before its first byte
-                third = asyncio.create_task(pool.run(gate.job("third")))
+        with pool.admit() as ticket:
+            with pool.playback() as playing:
+                await pool.run(gate.job("first"), playback=playing)
+                playing.sent(2.0)
+                ticket.remaining_tokens = 20
+                held = asyncio.create_task(newcomer())
                 await until(lambda: pool.waiting == 1)
-                assert gate.ran == ["second"] and pool.schedule.held_back == 1
-            await third  # one of the two finished: a slot's player is missing again, so it starts
-        assert gate.ran == ["second", "third"]
+                assert pool.schedule.free == 2 and pool.schedule.held_back == 1
+                assert await pool.run(gate.job("later"), playback=playing) == "later"
+                assert gate.ran == ["first", "later"] and pool.waiting == 1
+            assert await asyncio.wait_for(held, 5) == "held"  # its synthesis ended: the place is free
+        assert gate.ran == ["first", "later", "held"]
 
     run(main)
 
 
-def test_a_request_held_for_realtime_capacity_is_scheduled_once_its_hold_bound_has_passed() -> None:
-    """``max_hold_s``: the players may be long inputs that take minutes to finish; past the bound the held request is
-    scheduled as if admission were off (ahead of a later chunk due after it), and counted."""
+def test_a_request_held_for_a_place_is_scheduled_once_its_hold_bound_has_passed() -> None:
+    """``max_hold_s``: the estimate may be wrong (a long input left); past the bound the held request is scheduled all
+    the same, and counted."""
     async def main() -> None:
         clock = FakeClock()
-        pool = StreamPool(1, realtime_factor=1.0, max_hold_s=10.0, clock=clock)
+        pool = StreamPool(1, listeners=1, max_hold_s=10.0, clock=clock)
+        _priced(pool, 0.01)
         gate = Gate()
-        await _measure(pool, clock, seconds=0.02, audio_s=0.01)
-        with pool.playback() as playing:
-            playing.sent(60.0)  # one long input plays on: without the bound the newcomer would wait for its end
-            held = asyncio.create_task(pool.run(gate.job("held")))
+
+        async def newcomer() -> str:
+            with pool.admit():
+                return await pool.run(gate.job("held"))
+
+        with pool.admit() as ticket, pool.playback() as playing:
+            await pool.run(gate.job("first"), playback=playing)
+            ticket.remaining_tokens = 5
+            held = asyncio.create_task(newcomer())
             await until(lambda: pool.schedule.held_back == 1)
             clock.advance(9.9)
             assert await pool.run(gate.job("later1"), playback=playing) == "later1"  # its end reruns the schedule
@@ -154,35 +132,36 @@ def test_a_request_held_for_realtime_capacity_is_scheduled_once_its_hold_bound_h
             later = asyncio.create_task(pool.run(gate.job("later2"), playback=playing))
             assert await asyncio.wait_for(held, 5) == "held"
             await later
-        assert gate.ran == ["later1", "held", "later2"]
+        assert gate.ran == ["first", "later1", "held", "later2"]
         assert pool.schedule.hold_expired == 1 and pool.snapshot()["hold_expired"] == 1
 
     run(main)
 
 
-def test_the_hold_bound_reruns_the_schedule_by_itself() -> None:
-    """The timer: with nothing else happening, the held request starts once ``max_hold_s`` has passed (a real, short
-    wait: the event loop's own clock runs the timer)."""
+def test_runs_outside_admission_are_never_held() -> None:
+    """The engine's own runs (a test's, the tuner's) have no admission ticket: nothing to wait for."""
     async def main() -> None:
-        pool = StreamPool(1, realtime_factor=1.0, max_hold_s=0.05)
-        for _ in range(4):
-            pool.throughput.observe(0.02, 10, 0.01)
-        with pool.playback() as playing:
-            playing.sent(60.0)
-            assert await asyncio.wait_for(pool.run(lambda slot: "held"), 5) == "held"
-        assert pool.schedule.held_back == 1 and pool.schedule.hold_expired == 1
+        pool = StreamPool(1, listeners=1, clock=FakeClock())
+        with pool.admit() as ticket, pool.playback() as playing:
+            await pool.run(lambda slot: "first", playback=playing)
+            assert ticket.started and pool.admission.started == 1
+        assert await pool.run(lambda slot: "ran") == "ran"
+        assert pool.schedule.held_back == 0
 
     run(main)
 
 
-def test_realtime_admission_off_never_holds_a_request_back() -> None:
+def test_a_request_asked_again_synthesizes_in_its_place_again() -> None:
+    """`app.retry` streams a request anew after its synthesis ended in a failure: the playback it opens takes its place
+    again, and closing it frees the place."""
     async def main() -> None:
-        clock = FakeClock()
-        pool = StreamPool(1, realtime_factor=0.0, clock=clock)
-        await _measure(pool, clock, seconds=0.02, audio_s=0.03)
-        with pool.playback() as playing:
-            playing.sent(2.0)
-            assert await pool.run(lambda slot: "ran") == "ran"
-        assert pool.schedule.held_back == 0
+        pool = StreamPool(1, listeners=1, clock=FakeClock())
+        with pool.admit() as ticket:
+            with pool.playback():
+                await pool.run(lambda slot: "first")
+            assert ticket.ended
+            with pool.playback():
+                assert not ticket.ended and pool.admission.started == 1
+            assert pool.admission.started == 0
 
     run(main)

@@ -162,3 +162,37 @@ def test_a_lease_is_released_once() -> None:
         assert schedule.free == 2
 
     run(main)
+
+
+def test_a_chunk_that_finds_the_pool_idle_runs_wide_and_holds_every_slot() -> None:
+    """The wide slot (a session on every stream's threads): a first chunk on an idle pool gets it and every stream's
+    slot with it, so a chunk that arrives meanwhile waits for it; a chunk that finds a stream busy runs on a free one;
+    later chunks run wide only where the pool's plan counts on it (``wide_plan``)."""
+    async def main() -> None:
+        pool = StreamPool(2, wide_slot=2, clock=FakeClock())
+        gate = Gate()
+        lone = asyncio.create_task(pool.run(gate.job("lone", hold=True)))
+        await until(lambda: "lone" in gate.slots)
+        assert gate.slots == {"lone": 2} and pool.schedule.free == 0
+        second = asyncio.create_task(pool.run(gate.job("second", hold=True)))
+        await until(lambda: pool.waiting == 1)
+        gate.open("lone")
+        await lone
+        await until(lambda: "second" in gate.slots)
+        assert gate.slots["second"] in (0, 1)  # it found the pool idle only after waiting: a stream of its own
+        third = asyncio.create_task(pool.run(gate.job("third")))
+        assert await asyncio.wait_for(third, 5) == "third" and gate.slots["third"] in (0, 1)
+        gate.open("second")
+        await second
+        with pool.playback() as playing:
+            playing.sent(5.0)
+            assert await pool.run(gate.job("later"), playback=playing) == "later"
+        assert gate.slots["later"] in (0, 1) and pool.granted["wide"] == 1
+
+        paced = StreamPool(2, wide_slot=2, wide_plan=True, clock=FakeClock())
+        with paced.playback() as playing:
+            playing.sent(5.0)
+            assert await paced.run(gate.job("paced"), playback=playing) == "paced"
+        assert gate.slots["paced"] == 2 and paced.schedule.free == 2
+
+    run(main)
