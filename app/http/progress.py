@@ -1,19 +1,22 @@
 """How many bytes a client has accepted: the kernel's count for the connection a request came on.
 
-Why not time uvicorn's sends alone: a send waits while the socket is not writable, and Linux makes a
-socket writable again only once a third of its send queue is free. On loopback that queue grows to
-``tcp_wmem``'s 4 MB whatever the client reads, so a client reading steadily at 50 KB/s (real-time PCM)
-made no send return for 20 s. The kernel's ``tcpi_bytes_acked`` (``TCP_INFO``) counts what the client's
-TCP took, byte by byte. ASGI hands the app no socket, so the connection is found by its two addresses
-among the process's sockets, once per response and only when a send has waited.
+It is read while a response streams (`app.http.sending`): a client that acknowledges nothing while bytes wait for it
+is stalled, at whatever speed the server makes them. Why not time uvicorn's sends alone: a send waits while the
+socket is not writable, and Linux makes a socket writable again only once a third of its send queue is free. On
+loopback that queue grows to ``tcp_wmem``'s 4 MB whatever the client reads, so a client reading steadily at 50 KB/s
+(real-time PCM) made no send return for 20 s. The kernel's ``tcpi_bytes_acked`` (``TCP_INFO``) counts what the
+client's TCP took, byte by byte. ASGI hands the app no socket, so the connection is found by its two addresses among
+the process's sockets, once per response.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import socket
 import struct
+import termios
 
 import psutil
 
@@ -49,6 +52,13 @@ class Progress:
     def acked(self) -> int:
         info = self._sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
         value: int = struct.unpack_from("Q", info, _BYTES_ACKED)[0]
+        return value
+
+    def unacked(self) -> int:
+        """Bytes in the connection's send queue the client has not acknowledged (``SIOCOUTQ``, Linux's
+        ``TIOCOUTQ`` on a TCP socket)."""
+        found = fcntl.ioctl(self._sock.fileno(), termios.TIOCOUTQ, struct.pack("i", 0))
+        value: int = struct.unpack("i", found)[0]
         return value
 
     def drop(self) -> None:

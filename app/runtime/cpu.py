@@ -64,6 +64,12 @@ def cpu_class(flags: Iterable[str], vendor: str) -> str:
     return f"{vendor}-{tier}"
 
 
+def tier_flags(cpu_class_name: str) -> frozenset[str]:
+    """The flags every CPU of a class (`cpu_class`'s name) has: what the tuner would try there."""
+    tier = cpu_class_name.split("-", 1)[1] if "-" in cpu_class_name else cpu_class_name
+    return next((needed for name, needed in _CLASS_TIERS if name == tier), frozenset())
+
+
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """``intel``, ``amd``, or the kernel's ``vendor_id`` in lower case (``other`` where it says none)."""
     value = _field(cpuinfo, ("vendor_id",))

@@ -24,7 +24,7 @@ from typing import Any
 
 from app.sizing import PoolShape
 from app.text import chunker
-from app.tune.manifest import SHIPPED
+from app.tune.manifest import DIRECTORY, SHIPPED
 
 BUSY_SHARE = 0.9
 """The share of its threads' time a busy stream computes: a stream's audio per second is its audio per CPU-second times
@@ -94,7 +94,7 @@ def _rate(rows: list[dict[str, Any]], threads: int, streams: int = 0) -> float |
     return float(found[0]["efficiency"]) * threads * BUSY_SHARE
 
 
-def slowest(shape: PoolShape, *, wide: bool, directory: Path = SHIPPED) -> Speed:
+def slowest(shape: PoolShape, *, wide: bool, directory: Path = SHIPPED / DIRECTORY) -> Speed:
     """The slowest class on record: the shipped manifest whose ONNX Runtime ``fused`` form makes the least audio per
     CPU-second (the portable default's form), at ``shape``; a fixed guess where none has the rows."""
     found: list[Speed] = []

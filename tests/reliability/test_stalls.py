@@ -133,3 +133,30 @@ def test_a_client_that_reads_slowly_but_steadily_gets_every_byte(stalls: LiveSer
     assert body == expected
     assert took > 2 * SEND_TIMEOUT_S  # the download lasted longer than the timeout, and was not cut
     assert metric(stalls, "tts_send_timeouts_total") == timeouts
+
+
+def test_a_client_that_never_reads_is_cut_even_where_the_server_is_slower_than_its_buffers(
+        cache_dir: Path, tmp_path: Path) -> None:
+    """The tone made at twice real time (`tests.reliability.slow_tone_app`), about 100 KB a second: the kernel's
+    buffers would take half a minute of it before a send waited. The client acknowledges nothing while bytes wait for
+    it, so it is cut within the timeout (and a poll or two) of its window closing, not of the buffers filling."""
+    with live_server(cache_dir, tmp_path, module="tests.reliability.slow_tone_app", streams="1", quiet_window_s="0",
+                     send_timeout_s=str(SEND_TIMEOUT_S)) as slow:
+        timeouts = metric(slow, "tts_send_timeouts_total")
+        audio_before = metric(slow, "tts_audio_seconds_total")
+        sock = connect(slow, LONG)
+        try:
+            deadline = time.monotonic() + 60
+            while in_flight(slow) == 0:
+                assert time.monotonic() < deadline, "the stalled request was never admitted"
+                time.sleep(0.05)
+            admitted = time.monotonic()
+            while metric(slow, "tts_send_timeouts_total") == timeouts:
+                assert time.monotonic() < deadline, "the stalled response was never aborted"
+                time.sleep(0.1)
+            assert time.monotonic() - admitted < SEND_TIMEOUT_S + 5
+            assert in_flight(slow) == 0
+            made_s = metric(slow, "tts_audio_seconds_total") - audio_before
+            assert made_s * 48_000 < 1_000_000  # far less than the kernel would have taken before a send waited
+        finally:
+            sock.close()
