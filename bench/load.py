@@ -53,6 +53,9 @@ log = logging.getLogger("bench.load")
 BYTES_PER_AUDIO_S = 48_000.0
 """16-bit mono PCM at 24 kHz."""
 PROGRESS_EVERY_S = 5.0
+RETRY_AFTER_MAX_S = 2.0
+"""Longest a refused client waits before it asks again, whatever ``Retry-After`` says: a closed loop keeps its
+client count."""
 COALESCE_S = 0.25
 """Body parts closer together than this are one chunk cut up by the transport (merging two chunks is harmless:
 the interval stays contiguous)."""
@@ -204,6 +207,7 @@ async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence
         done: float | None = None
         answered: float | None = None
         retry_after = False
+        wait_s = 0.2
         since = sent
         last: int | None = None
         parts: list[tuple[float, int]] = []
@@ -213,6 +217,8 @@ async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence
                 status = response.status_code
                 answered = time.monotonic() - level.start
                 retry_after = "retry-after" in response.headers
+                if retry_after:  # as a client that honours it does, up to a bound (the platform would retry elsewhere)
+                    wait_s = min(RETRY_AFTER_MAX_S, float(response.headers["retry-after"]))
                 if status != 200:
                     error = f"HTTP {status}: " + (await response.aread()).decode(errors="replace")[:200]
                 else:
@@ -253,7 +259,7 @@ async def _client(http: httpx.AsyncClient, api: Api, index: int, items: Sequence
                                            None if done is None else done - level.start, received, status, error,
                                            answered, retry_after, stall_seconds(parts)))
         if error:
-            await asyncio.sleep(0.2)  # do not spin on a server that refuses
+            await asyncio.sleep(wait_s)  # do not spin on a server that refuses
 
 
 async def _edges(pid: int, level: _Level) -> None:

@@ -12,7 +12,8 @@ from app.tune import speed
 from app.tune.manifest import DIRECTORY, SHIPPED
 
 
-def _pace(name: str, shape: PoolShape = PoolShape(2, 1), *, wide: bool = True) -> speed.Pace:
+def _pace(name: str, shape: PoolShape | None = None, *, wide: bool = True) -> speed.Pace:
+    shape = shape or PoolShape(2, 1)
     table = json.loads((SHIPPED / DIRECTORY / name).read_text())["table"]
     found = speed.speed_for(table, "onnxruntime", "f32", "fused", shape, wide=wide, source=name)
     assert found is not None
