@@ -37,6 +37,7 @@ from bench import client, load, machine
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig
 from bench.meter import files_under
+from bench.quota import Emulation
 from bench.server import CHECKOUT, Server, with_checkout
 from bench.server import progress as _progress
 from lifecycle.pagecache import evict
@@ -147,7 +148,8 @@ def server_env(config: ServerConfig, settings: dict[str, str], *, model: Path, c
 
 def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]]], clients: Sequence[int],
         ramp_s: float, window_s: float, drain_s: float, corpus_path: Path, command: str,
-        alone: bool = True, client_nice: int | None = None, starts: int = 3) -> dict[str, Any]:
+        alone: bool = True, client_nice: int | None = None, starts: int = 3,
+        emulation: Emulation | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "levels").mkdir(exist_ok=True)
     work = cache_dir / "latency" / out.name
@@ -159,7 +161,7 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
     results: dict[str, Any] = {
         "run": {"id": out.name, "command": command, "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                 "clients": list(clients), "ramp_s": ramp_s, "window_s": window_s, "shape": config.shape,
-                "client_nice": client_nice},
+                "client_nice": client_nice, "emulated": emulation.describe() if emulation is not None else None},
         "machine": machine.describe(), "corpus": {"name": corpus.name, "sha256": corpus.sha256},
         "variants": {name: {"settings": settings, "levels": []} for name, settings in variants},
     }
@@ -169,8 +171,11 @@ def run(out: Path, cache_dir: Path, variants: Sequence[tuple[str, dict[str, str]
             env = server_env(config, settings, model=model, cache_dir=work / "server-cache")
             evict([model, *files_under(work / "server-cache")])
             checkout = env.pop(CHECKOUT, None)
+            if emulation is not None:
+                env.update(emulation.settings(work / "emulated" / name))
             server = Server(config, env, work / "logs" / f"{name}.log", label=f"latency-{name}",
-                            cwd=Path(checkout) if checkout else None)
+                            cwd=Path(checkout) if checkout else None,
+                            cpu_quota=emulation.quota_cpus if emulation is not None else None)
             server.start()
             servers[name] = server
             ready_s = server.wait_ready()
@@ -238,6 +243,8 @@ def render(results: dict[str, Any]) -> str:
              f"{run_info['ramp_s']:g} s ramp + "
              f"{run_info['window_s']:g} s window per level, variants interleaved.",
              f"- Command: `{run_info['command']}`", ""]
+    if run_info.get("emulated"):
+        lines[-1:-1] = [f"- **Emulated**: {run_info['emulated']} (bench/quota.py)."]
     lines += ["| variant | settings | served (streams x threads) |", "|---|---|---|"]
     lines += [f"| `{n}` | {', '.join(f'`{k}={v}`' for k, v in v['settings'].items()) or 'defaults'} | "
               f"{v.get('served', '')} |" for n, v in results["variants"].items()]
@@ -311,13 +318,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--starts", type=int, default=3,
                         help="fresh starts per variant for the first request after start (default 3; medians "
                              "reported, with the ratio's range)")
+    parser.add_argument("--emulate", metavar="CLASS",
+                        help="run every server under a CPU quota scaled to CLASS, a slower class on record (amd-avx2: "
+                             "the slowest), with its tuning and shape (bench/quota.py; root, cgroups)")
     args = parser.parse_args(argv)
     if args.starts < 1:
         parser.error("--starts must be at least 1")
+    try:
+        emulation = Emulation.of(args.emulate) if args.emulate else None
+    except ValueError as exc:
+        parser.error(f"--emulate {args.emulate}: {exc}")
     variants = [parse_variant(text.replace(";", ",")) for text in args.variants.split(",") if text]
     clients = [int(c) for c in args.clients.split(",") if c]
     run(args.out, args.cache_dir, variants, clients, args.ramp_s, args.window_s, args.drain_s, args.corpus,
         "python -m bench latency " + shlex.join(argv), alone=not args.no_alone,
-        client_nice=args.client_nice, starts=args.starts)
+        client_nice=args.client_nice, starts=args.starts, emulation=emulation)
     print(args.out / "report.md")
     return 0

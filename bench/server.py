@@ -26,6 +26,7 @@ import httpx
 from bench import variant
 from bench.configs import ServerConfig
 from bench.meter import MemoryCgroup, Meter, RssMeter
+from bench.quota import CpuQuota
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +130,11 @@ class Server:
     """A running ``python -m app`` for one configuration. Use as a context manager, or `start` / `stop`."""
 
     def __init__(self, config: ServerConfig, settings: dict[str, str], log_path: Path, *, label: str = "",
-                 cwd: Path | None = None) -> None:
+                 cwd: Path | None = None, cpu_quota: float | None = None) -> None:
         self.config = config
+        self.cpu_quota = cpu_quota
+        """CPUs the process may use (a cpu cgroup of its own, `bench.quota`); None: no limit."""
+        self._quota: CpuQuota | None = None
         self.cwd = cwd
         """Working directory of the process: another checkout's code runs (it comes first on ``sys.path``)."""
         self.settings = dict(settings)
@@ -161,6 +165,9 @@ class Server:
         if self._cgroup is not None:
             prefix = self._cgroup.wrap([])
             self.meter = self._cgroup
+        if self.cpu_quota is not None:
+            self._quota = CpuQuota.create(self.label, self.cpu_quota)
+            prefix = self._quota.wrap(prefix)
         self.spawned_at = time.perf_counter()
         self._process = launch({**self.settings, "TTS_SHUTDOWN_GRACE_S": "2"}, self.port, self.log_path,
                                module=variant.module_for(self.settings), prefix=prefix, new_session=True, cwd=self.cwd,
@@ -185,6 +192,9 @@ class Server:
         if self._cgroup is not None:
             self._cgroup.remove()
             self._cgroup = None
+        if self._quota is not None:
+            self._quota.remove()
+            self._quota = None
 
     def __enter__(self) -> Server:
         self.start()
