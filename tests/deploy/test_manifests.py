@@ -13,6 +13,8 @@ import yaml
 
 from app.http import health
 from app.settings import Settings
+from app.sizing import PoolShape
+from app.tune import speed
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -98,21 +100,25 @@ def test_probes_hit_the_servers_health_routes(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", MANIFESTS)
-def test_concurrency_is_the_listeners_the_slowest_cpu_measured_plays_in_real_time_plus_one(name: str) -> None:
+def test_concurrency_is_the_listeners_the_slowest_class_on_record_plays_in_real_time(name: str) -> None:
+    """What the server itself admits on the slowest class at the manifest's shape (`app.tune.speed.pace`): the
+    platform may hand out that class, and a listener beyond it would stall or wait."""
     service = load(name)
     settings = settings_of(service)
     # Pinned: sized from the CPUs the platform shows, the pool could differ from the one measured.
     assert settings.streams > 0 and settings.threads_per_stream > 0
-    # The server admits in real time (at least its listeners and a queue), so the platform's limit comes first.
+    # The server admits by the same rule, so the platform's limit comes first.
     assert settings.max_requests == 0
-    realtime = MEASURED["realtime_audio_s_per_s_2vcpu"]
-    assert concurrency(service) == math.floor(min(realtime.values())) + 1
+    shape = PoolShape(settings.streams, settings.threads_per_stream)
+    slowest = speed.slowest(shape, wide=shape.streams > 1)
+    assert concurrency(service) == speed.pace(slowest, shape.streams).listeners
 
 
 def test_knative_scales_out_before_an_instance_is_full() -> None:
-    service = load("knative")
-    target = int(service["spec"]["template"]["metadata"]["annotations"]["autoscaling.knative.dev/target"])
-    assert 1 <= target < concurrency(service)
+    annotations = load("knative")["spec"]["template"]["metadata"]["annotations"]
+    target = int(annotations["autoscaling.knative.dev/target"])
+    utilization = int(annotations.get("autoscaling.knative.dev/target-utilization-percentage", "70"))
+    assert 1 <= target <= concurrency(load("knative")) and target * utilization / 100 < concurrency(load("knative"))
 
 
 @pytest.mark.parametrize("name", MANIFESTS)
