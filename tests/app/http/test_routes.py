@@ -106,9 +106,8 @@ def test_catalog_endpoints(client: TestClient) -> None:
     info = client.get("/v1/info").json()
     assert info["resolved"]["backend"] == "fake" and info["active_backend"] == "fake"
     assert info["pool"]["streams"] == info["pool"]["slots"] == 1 and info["pool"]["listeners"] == 1
-    # One listener until measured, and a queue of at least two: the first guess of a request's time queues two, and
-    # the fake's requests are quicker than that guess.
-    assert info["pool"]["capacity"] >= 3 and info["pool"]["admitted"] == 0
+    # One listener per slot where the engine brings no pace (the fake's), and no queue while nothing synthesizes.
+    assert info["pool"]["capacity"] == 1 and info["pool"]["admitted"] == 0 and info["pace"] is None
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").json() == {"ready": True, "state": "warm", "draining": False}
     assert client.get("/nope").json()["error"]["code"] == "http_404"
@@ -130,7 +129,7 @@ def test_metrics_counters_rise(client: TestClient) -> None:
     assert metric(client, 'tts_lifecycle_state{state="warm"}') == 1.0
     info = client.get("/v1/info").json()["pool"]
     assert metric(client, "tts_pool_listeners") == info["listeners"] >= 1
-    assert metric(client, "tts_pool_capacity_requests") == info["capacity"] > info["listeners"]
+    assert metric(client, "tts_pool_capacity_requests") == info["capacity"] == info["listeners"]  # nothing to queue for
     assert metric(client, "tts_pool_admitted") == 0
     assert 'tts_retries_total{process="inference"} 0.0' in client.get("/metrics").text
     assert 'tts_retries_total{process="reader"} 0.0' in client.get("/metrics").text
