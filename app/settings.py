@@ -88,8 +88,8 @@ class Settings:
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413. Lower it to bound how long one request can run."""
     send_timeout_s: float = 20.0
-    """Seconds a streamed response may wait for its client to take bytes before it is aborted and its stream
-    freed; 0 waits for ever."""
+    """Seconds a client may acknowledge no bytes while bytes wait for it before its streamed response is aborted and
+    its place freed, however slowly the server makes them; 0 waits for ever."""
     quiet_window_s: float = 45.0
     """Seconds without a request in flight before the model's memory is released (the next request restores it);
     0 never releases. Raise it where restores are too frequent, lower it where idle memory is billed."""
@@ -218,7 +218,8 @@ REMOVED: dict[str, str] = {
         ("WIDE_FORM", "the wide session is gone: every chunk runs on a stream"),
         ("WIDE_TRIALS", "the wide session is gone: every chunk runs on a stream"),
         ("SCHEDULER", "chunks are always scheduled by playback deadline"),
-        ("DEADLINE_MARGIN_S", _SCHEDULER), ("FIRST_CHUNK_CREDIT_S", _SCHEDULER), ("REALTIME_FACTOR", _SCHEDULER),
+        ("DEADLINE_MARGIN_S", _SCHEDULER), ("FIRST_CHUNK_CREDIT_S", _SCHEDULER),
+        ("REALTIME_FACTOR", "admission counts the listeners the pace plays in real time (app/tune/speed.py)"),
         ("REALTIME_MAX_HOLD_S", _SCHEDULER),
         ("EXPRESS_SLOTS", f"the express lane was {_EXPERIMENT}"),
         ("QUICK_FRONTEND", "every request is phonemized by misaki, so its speech does not depend on when it came"),
