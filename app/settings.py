@@ -83,8 +83,9 @@ class Settings:
     """Language of voices whose name does not say one (Kokoro's names do: ``af_heart``), and the one loaded at
     start: ``en-us`` or ``en-gb``."""
     max_requests: int = 0
-    """Most requests streaming or waiting at once (more get 429 with Retry-After). 0 admits in real time: as many as
-    the pool plays at 1x, measured, and those that would wait under 10 s. Set it to the platform's concurrency."""
+    """Most requests streaming or waiting at once (more get 429 with Retry-After), whatever their wait: those beyond
+    the listeners the pool plays in real time wait for a place. 0 admits in real time: those listeners (`/v1/info`'s
+    ``pace``), and those whose first audio would still come within 2 s."""
     max_input_chars: int = 4096
     """Longest accepted ``input``; longer gets 413. Lower it to bound how long one request can run."""
     send_timeout_s: float = 20.0

@@ -134,13 +134,14 @@ def _alone(server: Server, corpus: corpus_mod.Corpus) -> dict[str, Any]:
 
 def server_env(config: ServerConfig, settings: dict[str, str], *, model: Path, cache_dir: Path) -> dict[str, str]:
     """A variant's ``TTS_*`` settings: the server's own defaults (its backend choice, ``auto``, and its sizing rule),
-    with the compile cache on, lifecycle off and a queue deep enough for any level, then the variant's settings.
+    with the compile cache on, lifecycle off and the server's own admission (its refusals are part of a level), then
+    the variant's settings.
 
     So a variant that names a tuned cache (``TTS_BAKED_CACHE_DIR``) serves what its tuning chose, as a server
     started with that setting does. Until 2026-12-04 the base forced ``TTS_BACKEND=openvino`` and sized streams:
     such a variant served OpenVINO 2 x 1 on the AMD EPYC of that day, whose tuned choice was ONNX Runtime
     (``latency-20261204-*`` say so in their "served" column and their NOTE.md)."""
-    env = config.env(quiet_window_s=0, max_requests=32)
+    env = config.env(quiet_window_s=0, max_requests=0)  # the server's own admission: refusals are part of a level
     env.update({"TTS_BACKEND": "auto", "TTS_STREAMS": "0", "TTS_THREADS_PER_STREAM": "0"})
     env.update({"TTS_MODEL_PATH": str(model), "TTS_CACHE_DIR": str(cache_dir), "TTS_LOG_LEVEL": "info", **settings})
     return env

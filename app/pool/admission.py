@@ -47,8 +47,9 @@ class Admission:
     - Beyond them, a request is admitted to wait for a place only while its first audio is expected within
       `FIRST_AUDIO_BOUND_S`: the place it would take frees when the synthesizing request with the least left ends
       (its remaining tokens at the measured seconds per token), plus its own first chunk. Else it is refused at once
-      with `Overloaded` and a Retry-After of when that place frees. ``max_requests`` > 0 caps the admitted count as
-      well (an operator matching the platform's concurrency).
+      with `Overloaded` and a Retry-After of when that place frees.
+    - ``max_requests`` > 0 admits that many instead, whatever their wait (an operator who would rather queue than
+      refuse): those beyond the listeners wait for a place all the same.
     - `holds` tells the schedule a first chunk must wait: while ``listeners`` requests have started; the schedule
       ends a hold after ``max_hold_s`` whatever happens.
     - The players (requests whose first audio has left and whose synthesis has not ended) are counted for the info
@@ -80,11 +81,12 @@ class Admission:
     @property
     def capacity(self) -> int:
         """The most requests admitted at once now: the listeners and the queue whose first audio would come soon."""
+        if self.max_requests > 0:
+            return self.max_requests
         queue = 0
         while self._first_audio_s(self._listeners + queue) <= FIRST_AUDIO_BOUND_S:
             queue += 1
-        most = self._listeners + queue
-        return min(most, self.max_requests) if self.max_requests > 0 else most
+        return self._listeners + queue
 
     @property
     def admitted(self) -> int:
@@ -107,8 +109,11 @@ class Admission:
     def admit(self) -> Iterator[Ticket]:
         """Count one request in for the duration of the block, or refuse it with `Overloaded`."""
         synthesizing = self._synthesizing()
-        full = self.max_requests > 0 and self._admitted >= self.max_requests
-        if full or (synthesizing >= self._listeners and self._first_audio_s(synthesizing) > FIRST_AUDIO_BOUND_S):
+        if self.max_requests > 0:
+            full = self._admitted >= self.max_requests
+        else:
+            full = synthesizing >= self._listeners and self._first_audio_s(synthesizing) > FIRST_AUDIO_BOUND_S
+        if full:
             raise Overloaded(
                 f"{synthesizing} requests are synthesizing or waiting, the most this server plays in real time; "
                 "retry later", retry_after_s=self.retry_after_s())

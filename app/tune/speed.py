@@ -8,7 +8,8 @@ stream of T threads makes about that times T, less what it waits (`BUSY_SHARE`).
   the runtime runs such a session (`app.runtime.backends.onnxruntime`);
 
 and from them `Pace`: the listeners admitted (`listeners`: the most that each get at least `chunker.min_rate`, at
-least one) and the rate the chunk plan is paced at for that load (`app.text.chunker.chunk`). The figures are fixed
+least one) and the rate the chunk plan is paced at for that load (`app.text.chunker.chunk`; none where even one
+listener is slower than that: it stalls whatever the plan). The figures are fixed
 for the instance's life, so the same request is cut the same way whatever the load; an instance whose CPU has no
 manifest, or whose manifest lacks the rows, paces as the slowest class on record (`SLOWEST`): it never stalls a
 listener for being optimistic, and ``python -m app tune`` measures the machine itself.
@@ -67,7 +68,9 @@ def pace(speed: Speed, streams: int, *, first_max: int = chunker.FIRST_CHUNK_TOK
     is one, up to one per stream get a stream each, more share the streams."""
     needed = chunker.min_rate(first_max)
     alone = max(speed.stream, speed.wide or 0.0)
-    best = Pace(1, alone, speed.wide is not None and alone > speed.stream, speed)
+    # Where even one listener cannot get it, every plan stalls it: the doubling rule's (rate 0) at least wastes the
+    # least on padding.
+    best = Pace(1, alone if alone >= needed else 0.0, speed.wide is not None and alone > speed.stream, speed)
     listeners = 2
     while (share := speed.stream * min(1.0, streams / listeners)) >= needed:
         best = Pace(listeners, share, False, speed)

@@ -23,14 +23,16 @@ def _priced(pool: StreamPool, seconds_per_token: float) -> None:
     pool.throughput.seconds_per_token = seconds_per_token
 
 
-def test_max_requests_caps_what_is_admitted() -> None:
-    pool = StreamPool(1, listeners=4, max_requests=2, clock=FakeClock())
-    with pool.admit(), pool.admit():
+def test_max_requests_admits_that_many_whatever_their_wait() -> None:
+    """An operator who would rather queue than refuse: three admitted with one listener and nothing measured (where
+    admission in real time refuses the second), the fourth refused."""
+    pool = StreamPool(1, listeners=1, max_requests=3, clock=FakeClock())
+    with pool.admit(), pool.admit(), pool.admit():
         with pytest.raises(Overloaded) as refused:
             with pool.admit():
                 pass
         assert refused.value.retry_after_s >= 1
-    assert pool.admitted == 0 and pool.capacity == 2
+    assert pool.admitted == 0 and pool.capacity == 3
 
 
 def test_the_listeners_start_at_once_and_the_next_request_is_refused_while_its_wait_is_unknown() -> None:
