@@ -92,7 +92,7 @@ class OnnxRuntimeBackend:
         else:
             self._sessions = self._sized_sessions(ort, self._shape.streams)
             streams, threads = self._shape.streams, self._shape.threads
-            if self.wide_slot is not None:
+            if self.wide_slot is not None and self._wide is None:
                 # Opened behind the streams: until it is, the wide slot borrows an idle stream (`_session`).
                 opener = ThreadPoolExecutor(1, thread_name_prefix="ort-open")
                 self._wide = opener.submit(self._sized_session, ort, self._shape.threads)
@@ -120,21 +120,25 @@ class OnnxRuntimeBackend:
         return wide is not None and (not isinstance(wide, Future) or wide.done())
 
     def hold(self) -> None:
-        """Open one stream's session now, ahead of the next load: a process waiting released for a restore
+        """Open one session now, ahead of the next load: a process waiting released for a restore
         (`app.runtime.messages.Shed`) keeps its heap, some tens of MB, while the weights it maps are paged out with
         everything else that process read. The restore then opens one session fewer, and the request waiting on it
-        runs on this one while the others open (docs/performance.md)."""
+        runs on this one while the others open (docs/performance.md). It is the wide session where there is one: the
+        request that wakes an instance finds the pool idle, and runs on every thread."""
         import onnxruntime as ort
 
-        if not self._runtime_defaults and not self._held:
-            self._held = [self._sized_session(ort)]
+        if not self._runtime_defaults and not self._held and self._wide is None:
+            if self.wide_slot is not None:
+                self._wide = self._sized_session(ort, self._shape.threads)
+            else:
+                self._held = [self._sized_session(ort)]
 
     def _sized_sessions(self, ort: Any, count: int) -> list[Any]:
         """``count`` sessions, the held one first (`hold`), the others opened side by side: creating one is native
         code that releases the GIL, so on 2 CPUs two open in about the time of one. The first opens alone while the
         optimized graph is still to be made (it writes the file the others then open)."""
         held, self._held = self._held[:count], []
-        if held:
+        if held or self._wide is not None:
             # A restore: the request waiting on it runs on the held session while the others open (`infer_timed`
             # waits for a slot's own session), and its weights are read back from disk in one sweep meanwhile.
             pagecache.read_ahead(_data_files(self._opened) if self._opened is not None else [])
