@@ -61,7 +61,8 @@ def test_a_soak_with_faults_loses_no_request_and_answers_the_hostile_ones_with_4
     result = soak.soak_one(options, 0, progress=False)
     summary = result.summary()
     assert summary["lost"] == 0, result.errors[:5]
-    assert summary["served"] >= 10 and summary["restored_ok"]
+    # One listener at a time on the slowest class (the others wait for a place): a handful served in 24 s, each whole.
+    assert summary["served"] >= 5 and summary["restored_ok"]
     assert not result.fault_errors
     assert [kill["killed"] for kill in result.kills[:2]] == [[faults.INFERENCE], [faults.READER]], result.kills
     assert summary["hostile"] >= 2 * (faults.FLOOD_PAST + 4)
