@@ -98,7 +98,9 @@ class OnnxRuntimeBackend:
                 self._wide = opener.submit(self._sized_session, ort, self._shape.threads)
                 opener.shutdown(wait=False)
         # A timed model (app.forms.timed) has the durations as its second output.
-        names = [o.name for o in self._session(0).get_outputs()]
+        # Read from a session already open (the held wide one at a restore): a stream's may still be opening.
+        opened = self._wide if self._wide is not None and not isinstance(self._wide, Future) else self._session(0)
+        names = [o.name for o in opened.get_outputs()]
         self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]
         return Resolved(
             backend=self.name, slots=len(self._sessions), streams=streams, threads=threads, precision="f32",
