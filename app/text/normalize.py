@@ -112,18 +112,18 @@ def _month_day(m: re.Match[str]) -> str:
 
 
 def _day_month(m: re.Match[str]) -> str:
-    day, month = int(m[1]), _MONTH_NAMES[m[2].lower()]
+    day, month = int(m[2]), _MONTH_NAMES[m[3].lower()]
     if not 1 <= day <= 31:
         return m[0]
-    said = f"the {ordinal(day)} of {_MONTHS[month - 1]}"
-    return said if not m[3] else f"{said}, {year(int(m[3]))}"
+    said = f"{m[1] or 't'}he {ordinal(day)} of {_MONTHS[month - 1]}"
+    return said if not m[4] else f"{said}, {year(int(m[4]))}"
 
 
 _DATES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str] | None]] = [
     (re.compile(r"(?<![\w-])(\d{4})-(\d{2})-(\d{2})(?![\w-])"), _iso_date),
     (re.compile(r"(?<![\w/])(\d{1,2})/(\d{1,2})/(\d{4})(?![\w/])"), None),  # the accent decides the order
     (re.compile(rf"\b{_MONTH}\.? (\d{{1,2}}){_ORD}(?:,? (\d{{4}}))?\b(?!:)"), _month_day),
-    (re.compile(rf"\b(\d{{1,2}}){_ORD} (?:of )?{_MONTH}\.?(?:,? (\d{{4}}))?\b"), _day_month),
+    (re.compile(rf"\b(?:([Tt])he )?(\d{{1,2}}){_ORD} (?:of )?{_MONTH}\.?(?:,? (\d{{4}}))?\b"), _day_month),
 ]
 
 _MERIDIEM = r"(?:\s?([ap])(?:m|\.m\.?)(?!\w))"
