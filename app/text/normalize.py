@@ -128,12 +128,14 @@ _DATES: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str] | None]] = [
 
 _MERIDIEM = r"(?:\s?([ap])(?:m|\.m\.?)(?!\w))"
 """``am``, ``a.m.``, ``PM``...: said "A M" or "P M". A full stop after ``pm`` is the sentence's and stays."""
-_TIME = re.compile(rf"(?<![\w:.])([01]?\d|2[0-3]):([0-5]\d)(?![\w:]|\.\d){_MERIDIEM}?", re.IGNORECASE)
+_TIME = re.compile(rf"(?<![\w:.+])([01]?\d|2[0-3]):([0-5]\d)(?![\w:]|\.\d){_MERIDIEM}?", re.IGNORECASE)
 _HOUR = re.compile(rf"(?<![\w:.])(1[0-2]|0?[1-9]){_MERIDIEM}", re.IGNORECASE)
 
 
 def _time(m: re.Match[str]) -> str:
     hour, minute, meridiem = int(m[1]), int(m[2]), m[3]
+    if hour == minute == 0 and not meridiem:
+        return "midnight"
     said = words(hour)
     if minute == 0:
         said += "" if meridiem else (" o'clock" if hour <= 12 else " hundred")
