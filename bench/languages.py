@@ -1,0 +1,260 @@
+"""``python -m bench quality --languages``: how well a listener understands each of Kokoro's languages, served and
+beside two references in process, by a multilingual offline recogniser.
+
+For each language's corpus (``bench/corpus/languages/<lang>.json``: everyday sentences written for the purpose,
+with numbers, dates and names) and each of its voices, every sentence is synthesised three ways:
+
+- ``served``: by the server over HTTP (``POST /v1/audio/speech``, ``pcm``, not streamed; the server this command
+  starts, or the one at ``--url``): its front end, its chunking, its model form;
+- ``kokoro-onnx``: kokoro-onnx in this process with its own phonemizer (espeak-ng; ``cmn`` for Mandarin) on the
+  same model file and voice style: the plain library a user would otherwise run;
+- ``whole``: this project's front end (`app.text.frontend`) in this process, its phonemes spoken in one
+  kokoro-onnx call: the served text without the server's chunk cuts.
+
+Whisper base (`bench.whisper_base`), told the language, transcribes each take, and `bench.langscore` counts word
+errors (character errors for Japanese and Mandarin). ``--normalization`` measures instead the English
+normalization set (``bench/corpus/languages/en-normalize.json``: text as language models write it, and the words
+a listener expects), served with the request's normalization on and off.
+
+Needs the ``quality`` extra and the ``ja`` and ``zh`` extras; nothing is downloaded at run time. Writes
+``languages.json`` and ``README.md`` to ``--out``; the audio goes under ``--cache-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import soundfile
+
+from app.forms import modelfile
+from app.text import languages as langs
+from bench import langscore, machine, quality, whisper_base
+from bench.client import RequestFailed
+from bench.server import progress
+
+CORPUS_DIR = Path(__file__).parent / "corpus" / "languages"
+SIDES = ("served", "kokoro-onnx", "whole")
+NORMALIZATION_SIDES = ("served", "served-raw")
+"""The normalization set: the request's defaults, and ``normalization_options: {"normalize": false}``."""
+ESPEAK = {"zh": "cmn"}
+"""kokoro-onnx's ``lang`` (an espeak-ng voice) where it is not the front end's key."""
+RATE = quality.RATE
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    language: str
+    """Whisper's code for it (``es``, ``pt``, ``zh``)."""
+    voices: tuple[str, ...]
+    """Its voices, the first measured by default."""
+    sentences: tuple[tuple[str, str, str], ...]
+    """(id, text, what a listener expects to hear): the last is the text itself except in the normalization set."""
+    sha256: str
+
+
+def load(path: Path) -> Corpus:
+    import hashlib
+
+    raw = path.read_bytes()
+    data = json.loads(raw)
+    sentences = tuple((str(s["id"]), str(s["text"]), str(s.get("said", s["text"]))) for s in data["sentences"])
+    if len({s[0] for s in sentences}) != len(sentences) or not sentences:
+        raise ValueError(f"{path}: no sentences, or ids that repeat")
+    return Corpus(path.stem, str(data["language"]), tuple(data["voices"]), sentences, hashlib.sha256(raw).hexdigest())
+
+
+def speak(url: str, text: str, voice: str, options: dict[str, Any] | None = None) -> npt.NDArray[np.float32]:
+    body: dict[str, Any] = {"model": "kokoro", "input": text, "voice": voice, "response_format": "pcm",
+                            "stream": False}
+    if options is not None:
+        body["normalization_options"] = options
+    response = httpx.post(url + "/v1/audio/speech", json=body, timeout=300.0)
+    if response.status_code != 200:
+        raise RequestFailed(f"speech: {response.status_code} {response.text[:300]}")
+    return np.frombuffer(response.content, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def key_of(voice: str) -> str:
+    language = langs.of_voice(voice)
+    if language is None:
+        raise ValueError(f"{voice}: its name says no language")
+    return language.key
+
+
+@dataclass(frozen=True)
+class Options:
+    corpora: tuple[Corpus, ...]
+    voices: dict[str, tuple[str, ...]]
+    """Per corpus name, the voices measured."""
+    out: Path
+    cache_dir: Path
+    command: str
+    voices_file: Path | None
+    url: str | None = None
+    normalization: bool = False
+    sides: tuple[str, ...] = SIDES
+
+
+def synthesise(options: Options, work: Path) -> dict[tuple[str, str, str, str], npt.NDArray[np.float32]]:
+    """Every take: (side, corpus, voice, sentence id) → samples."""
+    model = modelfile.assemble(options.cache_dir / "models")
+    every = sorted({v for vs in options.voices.values() for v in vs})
+    styles = quality.styles_file(options.voices_file, every, work)
+    audio: dict[tuple[str, str, str, str], npt.NDArray[np.float32]] = {}
+    serving = quality.Options(targets=(), corpus=Path(), items=(), out=options.out, cache_dir=options.cache_dir,
+                              command=options.command, url=options.url, voices_file=options.voices_file)
+    with quality.serving(serving, model, work) as (url, _info):
+        for corpus in options.corpora:
+            for voice in options.voices[corpus.name]:
+                progress(f"served: {corpus.name} {voice}, {len(corpus.sentences)} sentences")
+                for item, text, _ in corpus.sentences:
+                    audio["served", corpus.name, voice, item] = speak(url, text, voice)
+                    if "served-raw" in options.sides:
+                        audio["served-raw", corpus.name, voice, item] = speak(url, text, voice, {"normalize": False})
+    if not {"kokoro-onnx", "whole"} & set(options.sides):
+        return audio
+    from kokoro_onnx import Kokoro
+
+    from app.text.frontend import Frontend
+
+    kokoro, frontend = Kokoro(str(model), str(styles)), Frontend()
+    for corpus in options.corpora:
+        for voice in options.voices[corpus.name]:
+            key = key_of(voice)
+            progress(f"in process: {corpus.name} {voice}")
+            for item, text, _ in corpus.sentences:
+                if "kokoro-onnx" in options.sides:
+                    samples, _ = kokoro.create(text, voice=voice, lang=ESPEAK.get(key, key))
+                    audio["kokoro-onnx", corpus.name, voice, item] = np.asarray(samples, dtype=np.float32)
+                if "whole" in options.sides:
+                    samples, _ = kokoro.create(frontend.phonemize(text, key), voice=voice, is_phonemes=True)
+                    audio["whole", corpus.name, voice, item] = np.asarray(samples, dtype=np.float32)
+    frontend.release_languages()
+    return audio
+
+
+def run(options: Options) -> dict[str, Any]:
+    work = options.cache_dir / "quality-langs" / options.out.name
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "run": {"id": options.out.name, "command": options.command, "commit": quality._commit(),
+                "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "recogniser": whisper_base.NAME,
+                "voices_file": str(options.voices_file) if options.voices_file else "the server's default",
+                "url": options.url, "audio": str(work), "loadavg_start": os.getloadavg()[0]},
+        "machine": machine.describe(),
+        "corpora": {c.name: {"language": c.language, "sha256": c.sha256, "sentences": len(c.sentences),
+                             "measure": langscore.measure_name(c.language)} for c in options.corpora},
+        "voices": {},
+    }
+    audio = synthesise(options, work)
+    results["run"]["loadavg_synthesised"] = os.getloadavg()[0]
+    progress(f"transcribing {len(audio)} takes")
+    recogniser = whisper_base.Recogniser(options.cache_dir / "whisper", os.cpu_count() or 1)
+    by_name = {c.name: c for c in options.corpora}
+    for (side, name, voice, item), samples in audio.items():
+        soundfile.write(work / f"{side}-{name}-{voice}-{item}.wav", samples, RATE, subtype="PCM_16")
+        corpus = by_name[name]
+        text, said = next((t, s) for i, t, s in corpus.sentences if i == item)
+        heard = recogniser.hear(samples, RATE, corpus.language)
+        found = langscore.score(said, heard, corpus.language)
+        entry = results["voices"].setdefault(f"{name}/{voice}", {"corpus": name, "voice": voice})
+        entry.setdefault(side, {"sentences": {}})["sentences"][item] = {
+            "text": text, "said": said, "heard": heard, "units": found.units, "errors": found.errors,
+            "rate": round(found.rate, 4), "differences": list(found.differences), "audio_s": len(samples) / RATE}
+    for entry in results["voices"].values():
+        for side in options.sides:
+            if side in entry:
+                takes = list(entry[side]["sentences"].values())
+                units, errors = sum(t["units"] for t in takes), sum(t["errors"] for t in takes)
+                entry[side]["summary"] = {"sentences": len(takes), "units": units, "errors": errors,
+                                          "rate": round(errors / units, 4) if units else 0.0,
+                                          "exact": sum(1 for t in takes if t["errors"] == 0)}
+    results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    options.out.mkdir(parents=True, exist_ok=True)
+    (options.out / "languages.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    (options.out / "README.md").write_text(render(results, options.sides))
+    return results
+
+
+def _pct(summary: dict[str, Any] | None) -> str:
+    return f"{100.0 * summary['rate']:.1f} % ({summary['errors']}/{summary['units']})" if summary else "n/a"
+
+
+def render(results: dict[str, Any], sides: Sequence[str]) -> str:
+    run_info = results["run"]
+    lines = [f"# Intelligibility per language: {run_info['id']}", "", f"`{run_info['command']}`", "",
+             f"{run_info['started']} to {run_info['finished']}, {results['machine']['cpu_model']} "
+             f"({results['machine']['logical_cpus']} CPUs), commit {run_info['commit']}, voices "
+             f"{run_info['voices_file']}. Recogniser: {run_info['recogniser']}. Error rates as `bench/langscore.py` "
+             "defines them: word errors, or character errors (CER) over the reading for ja and zh; summed over the "
+             "corpus. Sides: " + ", ".join(f"`{s}`" for s in sides) + " (see `bench/languages.py`).", "",
+             "| corpus | voice | measure | " + " | ".join(sides) + " | sentences heard exactly (first side) |",
+             "|---" * (len(sides) + 4) + "|"]
+    for entry in results["voices"].values():
+        corpus = results["corpora"][entry["corpus"]]
+        first = entry.get(sides[0], {}).get("summary", {})
+        lines.append(f"| {entry['corpus']} | {entry['voice']} | {corpus['measure']} | "
+                     + " | ".join(_pct(entry.get(s, {}).get("summary")) for s in sides)
+                     + f" | {first.get('exact', 0)}/{first.get('sentences', 0)} |")
+    lines += ["", "## What was heard wrong", "", "Reference→heard, -missed, +added, after the normalisation.", ""]
+    for entry in results["voices"].values():
+        for side in sides:
+            for item, take in entry.get(side, {}).get("sentences", {}).items():
+                if take["errors"]:
+                    lines.append(f"- {entry['corpus']}/{entry['voice']} {side} {item}: \"{take['text']}\" heard "
+                                 f"\"{take['heard']}\" ({', '.join(take['differences'])})")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench quality --languages", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--langs", default="", help="comma-separated corpus names (default: every language corpus)")
+    parser.add_argument("--voices", default="", help="comma-separated voices (default: each corpus's first)")
+    parser.add_argument("--all-voices", action="store_true", help="every voice each corpus lists")
+    parser.add_argument("--items", type=int, default=0, help="only the first N sentences of each corpus")
+    parser.add_argument("--normalization", action="store_true",
+                        help="the English normalization set, served with normalization on and off")
+    parser.add_argument("--sides", default="", help=f"comma-separated, of {', '.join(SIDES)} (default: all)")
+    parser.add_argument("--voices-file", type=Path, help="voices .npz for every side (the server's TTS_VOICES_PATH)")
+    parser.add_argument("--url", help="measure the server running at URL instead of starting one")
+    parser.add_argument("--out", type=Path, help="results folder (default bench/results/quality-langs-<timestamp>)")
+    parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    args = parser.parse_args(argv)
+    logging.getLogger("phonemizer").addFilter(lambda record: "count mismatch" not in record.getMessage())
+    if args.normalization:
+        paths = [CORPUS_DIR / "en-normalize.json"]
+        sides = NORMALIZATION_SIDES
+    else:
+        wanted = [n for n in args.langs.split(",") if n]
+        paths = [CORPUS_DIR / f"{n}.json" for n in wanted] or sorted(
+            p for p in CORPUS_DIR.glob("*.json") if p.stem != "en-normalize")
+        sides = tuple(s for s in args.sides.split(",") if s) or SIDES
+    corpora = tuple(load(p) for p in paths)
+    if args.items:
+        corpora = tuple(Corpus(c.name, c.language, c.voices, c.sentences[:args.items], c.sha256) for c in corpora)
+    named = [v for v in args.voices.split(",") if v]
+    voices = {c.name: tuple(v for v in c.voices if v in named) if named else c.voices if args.all_voices
+              else c.voices[:1] for c in corpora}
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    options = Options(corpora=corpora, voices=voices, out=args.out or Path("bench/results") / f"quality-langs-{stamp}",
+                      cache_dir=args.cache_dir, command="python -m bench quality --languages " + shlex.join(argv),
+                      voices_file=args.voices_file, url=args.url, normalization=args.normalization, sides=sides)
+    results = run(options)
+    for name, entry in results["voices"].items():
+        print(name, "  ".join(f"{s} {_pct(entry.get(s, {}).get('summary'))}" for s in sides))
+    print(options.out / "README.md")
+    return 0
