@@ -103,7 +103,8 @@ def _slash_date(british: bool) -> Callable[[re.Match[str]], str]:
     def read(m: re.Match[str]) -> str:
         first, second = int(m[1]), int(m[2])
         month, day = (second, first) if british else (first, second)
-        return _date(month, day, int(m[3])) or m[0]
+        # The accent's order first; where that is no date (``03/15`` for en-gb), the other one is meant.
+        return _date(month, day, int(m[3])) or _date(day, month, int(m[3])) or m[0]
     return read
 
 
