@@ -108,22 +108,53 @@ class Options:
     sides: tuple[str, ...] = SIDES
 
 
+def _take(work: Path, key: tuple[str, str, str, str]) -> Path:
+    return work / "{}-{}-{}-{}.wav".format(*key)
+
+
+def _load_take(path: Path) -> npt.NDArray[np.float32] | None:
+    """A take already made by an earlier, interrupted run of the same ``--out`` (None: not made yet)."""
+    if not path.exists():
+        return None
+    samples, _ = soundfile.read(path, dtype="float32")
+    return np.asarray(samples, dtype=np.float32)
+
+
+def _serve_all(options: Options, model: Path, work: Path,
+               audio: dict[tuple[str, str, str, str], npt.NDArray[np.float32]]) -> None:
+    """The served takes not yet made. A server that goes away mid-run (stopped from outside: it happened on the
+    shared machine) is started again, at most three times; the takes made so far are kept on disk."""
+    serving = quality.Options(targets=(), corpus=Path(), items=(), out=options.out, cache_dir=options.cache_dir,
+                              command=options.command, url=options.url, voices_file=options.voices_file)
+    wanted = [(side, corpus.name, voice, item, text) for corpus in options.corpora
+              for voice in options.voices[corpus.name] for item, text, _ in corpus.sentences
+              for side in ("served", "served-raw") if side in options.sides]
+    for attempt in range(4):
+        try:
+            with quality.serving(serving, model, work) as (url, _info):
+                for side, name, voice, item, text in wanted:
+                    path = _take(work, (side, name, voice, item))
+                    found = _load_take(path)
+                    if found is None:
+                        found = speak(url, text, voice, {"normalize": False} if side == "served-raw" else None)
+                        soundfile.write(path, found, RATE, subtype="PCM_16")
+                    audio[side, name, voice, item] = found
+            return
+        except httpx.TransportError as exc:
+            if options.url or attempt == 3:
+                raise
+            progress(f"the server went away ({exc}); starting it again")
+
+
 def synthesise(options: Options, work: Path) -> dict[tuple[str, str, str, str], npt.NDArray[np.float32]]:
-    """Every take: (side, corpus, voice, sentence id) → samples."""
+    """Every take: (side, corpus, voice, sentence id) → samples, each kept on disk as it is made (an interrupted run
+    of the same ``--out`` goes on where it stopped)."""
     model = modelfile.assemble(options.cache_dir / "models")
     every = sorted({v for vs in options.voices.values() for v in vs})
     styles = quality.styles_file(options.voices_file, every, work)
     audio: dict[tuple[str, str, str, str], npt.NDArray[np.float32]] = {}
-    serving = quality.Options(targets=(), corpus=Path(), items=(), out=options.out, cache_dir=options.cache_dir,
-                              command=options.command, url=options.url, voices_file=options.voices_file)
-    with quality.serving(serving, model, work) as (url, _info):
-        for corpus in options.corpora:
-            for voice in options.voices[corpus.name]:
-                progress(f"served: {corpus.name} {voice}, {len(corpus.sentences)} sentences")
-                for item, text, _ in corpus.sentences:
-                    audio["served", corpus.name, voice, item] = speak(url, text, voice)
-                    if "served-raw" in options.sides:
-                        audio["served-raw", corpus.name, voice, item] = speak(url, text, voice, {"normalize": False})
+    progress("served takes")
+    _serve_all(options, model, work, audio)
     if not {"kokoro-onnx", "whole"} & set(options.sides):
         return audio
     from kokoro_onnx import Kokoro
@@ -136,12 +167,19 @@ def synthesise(options: Options, work: Path) -> dict[tuple[str, str, str, str], 
             key = key_of(voice)
             progress(f"in process: {corpus.name} {voice}")
             for item, text, _ in corpus.sentences:
-                if "kokoro-onnx" in options.sides:
-                    samples, _ = kokoro.create(text, voice=voice, lang=ESPEAK.get(key, key))
-                    audio["kokoro-onnx", corpus.name, voice, item] = np.asarray(samples, dtype=np.float32)
-                if "whole" in options.sides:
-                    samples, _ = kokoro.create(frontend.phonemize(text, key), voice=voice, is_phonemes=True)
-                    audio["whole", corpus.name, voice, item] = np.asarray(samples, dtype=np.float32)
+                for side in ("kokoro-onnx", "whole"):
+                    if side not in options.sides:
+                        continue
+                    path = _take(work, (side, corpus.name, voice, item))
+                    found = _load_take(path)
+                    if found is None:
+                        if side == "kokoro-onnx":
+                            samples, _ = kokoro.create(text, voice=voice, lang=ESPEAK.get(key, key))
+                        else:
+                            samples, _ = kokoro.create(frontend.phonemize(text, key), voice=voice, is_phonemes=True)
+                        found = np.asarray(samples, dtype=np.float32)
+                        soundfile.write(path, found, RATE, subtype="PCM_16")
+                    audio[side, corpus.name, voice, item] = found
     frontend.release_languages()
     return audio
 
@@ -165,7 +203,6 @@ def run(options: Options) -> dict[str, Any]:
     recogniser = whisper_base.Recogniser(options.cache_dir / "whisper", os.cpu_count() or 1)
     by_name = {c.name: c for c in options.corpora}
     for (side, name, voice, item), samples in audio.items():
-        soundfile.write(work / f"{side}-{name}-{voice}-{item}.wav", samples, RATE, subtype="PCM_16")
         corpus = by_name[name]
         text, said = next((t, s) for i, t, s in corpus.sentences if i == item)
         heard = recogniser.hear(samples, RATE, corpus.language)
