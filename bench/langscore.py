@@ -33,18 +33,35 @@ NUMBER_LANGS = {"en": "en", "es": "es", "fr": "fr", "it": "it", "pt": "pt_BR"}
 """num2words's name for each language whose numbers it writes."""
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 _SPLIT = re.compile(r"[\s'’`\-‐–—/]+")
+_DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _digits(found: str) -> str:
+    """A run of seven or more digits in groups (a phone number as a recogniser writes it: ``4-15555-0142``) digit by
+    digit, however it was grouped; a shorter run (a price, a count) as it is."""
+    digits = [c for c in found if c.isdigit()]
+    if len(digits) < 7:
+        return found
+    return ("plus " if found.startswith("+") else "") + " ".join(_DIGIT_NAMES[int(d)] for d in digits)
+
+
 _CURRENCY = {"$": "dollars", "€": "euros", "£": "pounds"}
+_RECOGNISED_TIME = re.compile(r"\b(\d{1,2})[.]?(\d{2})\s?([AaPp])\.?[Mm]\b\.?")
+"""``6.45 pm``, ``805 pm``: a time as a recogniser may write it, made ``6:45 PM`` before the normalizer reads it."""
 _ENGLISH = [
     (re.compile(r"([$€£])(\d+)\.(\d\d)\b"),
      lambda m: f"{m[2]} {_CURRENCY[m[1]]} and {int(m[3])} {'cents' if m[1] != '£' else 'pence'}"),
     (re.compile(r"([$€£])(\d[\d,]*(?:\.\d+)?)((?: (?:thousand|million|billion))?)"),
      lambda m: f"{m[2]}{m[3]} {_CURRENCY[m[1]]}"),
     (re.compile(r"\s?%"), lambda m: " percent"),
+    (re.compile(r"\+?\d[\d\s,.-]{5,}\d"), lambda m: _digits(m[0])),
+    (re.compile(r"\bUS\b"), lambda m: "u s"),
     (re.compile(r"\bDr\."), lambda m: "doctor"),
     (re.compile(r"\bU\.S\.(?:A\.)?"), lambda m: "u s" + (" a" if m[0].endswith("A.") else "")),
 ]
 """What misaki reads right itself and a recogniser writes as symbols (money, percentages, ``Dr.``, ``U.S.``),
-as words, on both sides."""
+as words, on both sides; and how a recogniser writes what was said right: a time as ``6.45 pm`` or ``805 pm``, a
+phone number's digits in any grouping."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,7 @@ def words(text: str, lang: str) -> list[str]:
     if lang == "en":
         from app.text.normalize import english
 
-        text = english(text)
+        text = english(_RECOGNISED_TIME.sub(lambda m: f"{m[1]}:{m[2]} {m[3].upper()}M", text))
         for pattern, spoken in _ENGLISH:
             text = pattern.sub(spoken, text)
         return [w.text for w in transcript.words(text)]

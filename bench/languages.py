@@ -205,24 +205,50 @@ def run(options: Options) -> dict[str, Any]:
     for (side, name, voice, item), samples in audio.items():
         corpus = by_name[name]
         text, said = next((t, s) for i, t, s in corpus.sentences if i == item)
-        heard = recogniser.hear(samples, RATE, corpus.language)
-        found = langscore.score(said, heard, corpus.language)
         entry = results["voices"].setdefault(f"{name}/{voice}", {"corpus": name, "voice": voice})
         entry.setdefault(side, {"sentences": {}})["sentences"][item] = {
-            "text": text, "said": said, "heard": heard, "units": found.units, "errors": found.errors,
-            "rate": round(found.rate, 4), "differences": list(found.differences), "audio_s": len(samples) / RATE}
-    for entry in results["voices"].values():
-        for side in options.sides:
-            if side in entry:
-                takes = list(entry[side]["sentences"].values())
-                units, errors = sum(t["units"] for t in takes), sum(t["errors"] for t in takes)
-                entry[side]["summary"] = {"sentences": len(takes), "units": units, "errors": errors,
-                                          "rate": round(errors / units, 4) if units else 0.0,
-                                          "exact": sum(1 for t in takes if t["errors"] == 0)}
+            "text": text, "said": said, "heard": recogniser.hear(samples, RATE, corpus.language),
+            "audio_s": len(samples) / RATE}
+    score(results, options.sides)
     results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "languages.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    (options.out / "README.md").write_text(render(results, options.sides))
+    results["run"]["sides"] = list(options.sides)
+    write(results, options.out)
+    return results
+
+
+def score(results: dict[str, Any], sides: Sequence[str]) -> None:
+    """Each take's errors from what it should say and what was heard (`bench.langscore`), and each side's totals."""
+    for entry in results["voices"].values():
+        language = results["corpora"][entry["corpus"]]["language"]
+        for side in sides:
+            if side not in entry:
+                continue
+            takes = entry[side]["sentences"].values()
+            for take in takes:
+                found = langscore.score(take["said"], take["heard"], language)
+                take.update(units=found.units, errors=found.errors, rate=round(found.rate, 4),
+                            differences=list(found.differences))
+            units, errors = sum(t["units"] for t in takes), sum(t["errors"] for t in takes)
+            entry[side]["summary"] = {"sentences": len(takes), "units": units, "errors": errors,
+                                      "rate": round(errors / units, 4) if units else 0.0,
+                                      "exact": sum(1 for t in takes if t["errors"] == 0)}
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "languages.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    (out / "README.md").write_text(render(results, results["run"]["sides"]))
+
+
+def rescore(out: Path) -> dict[str, Any]:
+    """A run's figures counted again from the transcripts it kept (after a change to `bench.langscore`): no
+    synthesis, no recogniser."""
+    results: dict[str, Any] = json.loads((out / "languages.json").read_text())
+    found = [k for e in results["voices"].values() for k in e if k not in ("corpus", "voice")]
+    results["run"].setdefault("sides", list(dict.fromkeys(found)))  # a run from before the list was recorded
+    score(results, results["run"]["sides"])
+    results["run"]["rescored"] = f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')}, commit {quality._commit()}"
+    write(results, out)
     return results
 
 
@@ -235,7 +261,8 @@ def render(results: dict[str, Any], sides: Sequence[str]) -> str:
     lines = [f"# Intelligibility per language: {run_info['id']}", "", f"`{run_info['command']}`", "",
              f"{run_info['started']} to {run_info['finished']}, {results['machine']['cpu_model']} "
              f"({results['machine']['logical_cpus']} CPUs), commit {run_info['commit']}, voices "
-             f"{run_info['voices_file']}. Recogniser: {run_info['recogniser']}. Error rates as `bench/langscore.py` "
+             f"{run_info['voices_file']}{'; counted again ' + run_info['rescored'] if 'rescored' in run_info else ''}"
+             f". Recogniser: {run_info['recogniser']}. Error rates as `bench/langscore.py` "
              "defines them: word errors, or character errors (CER) over the reading for ja and zh; summed over the "
              "corpus. Sides: " + ", ".join(f"`{s}`" for s in sides) + " (see `bench/languages.py`).", "",
              "| corpus | voice | measure | " + " | ".join(sides) + " | sentences heard exactly (first side) |",
@@ -270,7 +297,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--url", help="measure the server running at URL instead of starting one")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/quality-langs-<timestamp>)")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    parser.add_argument("--rescore", type=Path, metavar="RUN",
+                        help="count RUN's errors again from its transcripts (after a change to the scoring)")
     args = parser.parse_args(argv)
+    if args.rescore:
+        rescored = rescore(args.rescore)
+        _print(rescored)
+        print(args.rescore / "README.md")
+        return 0
     logging.getLogger("phonemizer").addFilter(lambda record: "count mismatch" not in record.getMessage())
     if args.normalization:
         paths = [CORPUS_DIR / "en-normalize.json"]
@@ -290,8 +324,12 @@ def main(argv: list[str]) -> int:
     options = Options(corpora=corpora, voices=voices, out=args.out or Path("bench/results") / f"quality-langs-{stamp}",
                       cache_dir=args.cache_dir, command="python -m bench quality --languages " + shlex.join(argv),
                       voices_file=args.voices_file, url=args.url, normalization=args.normalization, sides=sides)
-    results = run(options)
-    for name, entry in results["voices"].items():
-        print(name, "  ".join(f"{s} {_pct(entry.get(s, {}).get('summary'))}" for s in sides))
+    _print(run(options))
     print(options.out / "README.md")
     return 0
+
+
+def _print(results: dict[str, Any]) -> None:
+    sides = results["run"]["sides"]
+    for name, entry in results["voices"].items():
+        print(name, "  ".join(f"{s} {_pct(entry.get(s, {}).get('summary'))}" for s in sides))
