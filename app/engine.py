@@ -32,6 +32,7 @@ from app.runtime.protocol import Runtime
 from app.text import chunker, languages, words
 from app.text.frontend import Frontend
 from app.text.languages import Language
+from app.text.normalize import DEFAULT, Normalization
 from app.text.vocab import Vocab
 from app.tune.choice import EngineChoice
 from app.voices import Voice, VoiceBank
@@ -104,16 +105,16 @@ class Engine:
         return resolved, language
 
     def plan(self, text: str, voice: str, speed: float, *, lang: str | None = None, phonemes: bool = False,
-             first_max: int = chunker.FIRST_CHUNK_TOKENS) -> Plan:
+             first_max: int = chunker.FIRST_CHUNK_TOKENS, normalization: Normalization = DEFAULT) -> Plan:
         """Validate and prepare; blocking (G2P), so call it from a worker thread. ``lang`` overrides the voice's
         language (`app.text.languages.parse`); ``first_max`` bounds the first chunk (a segment of streamed text
-        that follows others may start larger: `app.utterance`). The chunks depend on the text and these arguments
-        only."""
+        that follows others may start larger: `app.utterance`); ``normalization``: what of English text is rewritten
+        before it is read (`app.text.normalize`). The chunks depend on the text and these arguments only."""
         resolved, language = self.check(voice, speed, lang)
         if phonemes:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
-            phoneme_text, spoken = self.frontend.phonemize_words(text, language.key)
+            phoneme_text, spoken = self.frontend.phonemize_words(text, language.key, normalization)
         chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max, rate=self.rate))
         if not any(self.vocab.ids(c) for c in chunks):
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")

@@ -9,7 +9,8 @@
 - ``coldstart``: process start and release to first audio against a plain kokoro-onnx script (bench/coldstart.py).
 - ``agents``: voice-agent sessions streaming text in over the ElevenLabs-shaped socket, against HTTP (bench/agents.py).
 - ``quality``: word error rate and inserted pauses, served and plain kokoro-onnx, by an offline recogniser
-  (bench/quality.py; needs the ``quality`` extra).
+  (bench/quality.py; needs the ``quality`` extra); ``quality --languages``: the same per language, by a
+  multilingual recogniser (bench/languages.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import signal
 import sys
 from pathlib import Path
 
-from bench import agents, audit, coldstart, configs, latency, overload, quality, report, runner, soak
+from bench import agents, audit, coldstart, configs, languages, latency, overload, quality, report, runner, soak
 
 DEFAULT_CACHE = Path.home() / ".cache" / "kokoro-tts-bench"
 
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         return agents.main(argv[1:])
     if argv and argv[0] == "quality":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-        return quality.main(argv[1:])
+        return languages.main(argv[2:]) if argv[1:2] == ["--languages"] else quality.main(argv[1:])
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

@@ -9,6 +9,7 @@ from typing import Any
 from app.audio import FORMATS
 from app.errors import InputTooLarge, InvalidInput, InvalidType
 from app.text import languages
+from app.text.normalize import DEFAULT, Normalization
 
 MODELS = ("kokoro", "tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
 """Accepted model names: ours, and OpenAI's, so unchanged OpenAI clients work."""
@@ -34,6 +35,8 @@ class SpeechRequest:
     """OpenAI's voice instructions: accepted so that its clients work, but Kokoro cannot follow them."""
     return_timestamps: bool = True
     """Kokoro-FastAPI's: whether ``/dev/captioned_speech`` times the words (the speech endpoint ignores it)."""
+    normalization: Normalization = DEFAULT
+    """Kokoro-FastAPI's ``normalization_options``: what of English text is rewritten before it is read."""
 
     @classmethod
     def from_body(cls, raw: bytes, *, max_input_chars: int, default_voice: str) -> SpeechRequest:
@@ -83,6 +86,7 @@ class SpeechRequest:
             stream_format=stream_format,
             instructions=instructions,
             return_timestamps=_get(body, "return_timestamps", bool, True),
+            normalization=Normalization.from_body(body.get("normalization_options")),
         )
 
 

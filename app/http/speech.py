@@ -101,7 +101,8 @@ async def start(request: Request, *, captioned: bool = False) -> Started:
         raise
 
     def plan() -> Plan:
-        return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes)
+        return svc.engine.plan(speech.input, speech.voice, speech.speed, lang=speech.lang, phonemes=speech.phonemes,
+                               normalization=speech.normalization)
 
     stack = AsyncExitStack()
     try:

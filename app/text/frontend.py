@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.text import clean as textclean
-from app.text import languages, lexicon, words
+from app.text import languages, lexicon, normalize, words
 from app.text.readers import READERS, ReaderProcess
 
 log = logging.getLogger(__name__)
@@ -188,22 +188,26 @@ class Frontend:
                 found.extend(p for p in Path(root).rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc"))
         return found
 
-    def phonemize(self, text: str, lang: str) -> str:
+    def phonemize(self, text: str, lang: str, normalization: normalize.Normalization = normalize.DEFAULT) -> str:
         """Phonemes for ``text`` in ``lang`` (a `app.text.languages.Language` key); unknown characters are dropped.
 
-        The text is cleaned and cut into bounded pieces first (`app.text.clean`), and the lock is
-        taken per piece, so a long input neither takes superlinear time nor holds up other requests."""
-        return self.phonemize_words(text, lang)[0]
+        English is first rewritten where misaki would read it wrong (dates, times, units, addresses, phone numbers:
+        `app.text.normalize`, as ``normalization`` asks). The text is cleaned and cut into bounded pieces
+        (`app.text.clean`), and the lock is taken per piece, so a long input neither takes superlinear time nor
+        holds up other requests."""
+        return self.phonemize_words(text, lang, normalization)[0]
 
-    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+    def phonemize_words(self, text: str, lang: str, normalization: normalize.Normalization = normalize.DEFAULT
+                        ) -> tuple[str, list[words.Word]]:
         """`phonemize`, with the words read and where their phonemes are in the string (`app.text.words`); ``lang``
-        is a `app.text.languages.Language` key. Only English gives words (misaki's tokens); the other languages none."""
+        is a `app.text.languages.Language` key. Only English gives words (misaki's tokens, so the words of the
+        normalized text: "December seventh" for ``12/07``); the other languages none."""
         if lang not in ENGLISH:
             return self._phonemize_other(text, languages.parse(lang)), []
-        return self._phonemize_english(text, lang)
+        return self._phonemize_english(normalize.english(text, normalization, british=lang == "en-gb"), lang)
 
     def _phonemize_english(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
-        """`phonemize_words` for English."""
+        """`phonemize_words` for English text already normalized."""
         pieces = textclean.pieces(textclean.clean(text))
         out: list[str] = []
         found: list[words.Word] = []

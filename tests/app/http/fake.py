@@ -14,7 +14,7 @@ from app.engine import Engine
 from app.pool import StreamPool
 from app.runtime.backends.base import Inference, Resolved
 from app.settings import Settings
-from app.text import words
+from app.text import normalize, words
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
 
@@ -109,7 +109,10 @@ class FakeFrontend:
     def phonemize(self, text: str, lang: str) -> str:
         return " ".join(text.split())
 
-    def phonemize_words(self, text: str, lang: str) -> tuple[str, list[words.Word]]:
+    def phonemize_words(self, text: str, lang: str, normalization: normalize.Normalization = normalize.DEFAULT
+                        ) -> tuple[str, list[words.Word]]:
+        if lang in ("en-us", "en-gb"):  # as the real front end: the request's options reach the text
+            text = normalize.english(text, normalization)
         phonemes = self.phonemize(text, lang)
         return phonemes, words.of_phonemes(phonemes)
 
