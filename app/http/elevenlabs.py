@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from app import alignment
 from app.engine import Spoken
-from app.errors import InvalidInput, ServiceError
+from app.errors import InputTooLarge, InvalidInput, ServiceError
 from app.http.auth import bearer_matches
 from app.output import DEFAULT, Output, OutputFormat
 from app.services import Services
@@ -46,8 +46,6 @@ INACTIVITY_S = 20.0
 MAX_INACTIVITY_S = 180.0
 POLL_S = 0.25
 """How often the reader looks up from the socket to check the inactivity timer."""
-TEXT_PER_CONTEXT = 16
-"""A context takes at most this many times ``TTS_MAX_INPUT_CHARS`` of text in all (a long reply, never a flood)."""
 MESSAGE_OVERHEAD = 4096
 """Bytes a message may hold beyond four per character of the input limit."""
 
@@ -111,14 +109,13 @@ class _Context:
 
     def __init__(self, session: _Session, cid: str, speed: float) -> None:
         self.session, self.id, self.speed = session, cid, speed
-        self.stream = TextStream()
+        self.stream = TextStream(session.svc.settings.max_input_chars)
         self.queue: asyncio.Queue[Segment | None] = asyncio.Queue()
         self.output = Output(session.format)
         self.cancelled = False
         self.ending = False
         self.flushed = False
         """The last message for this context was a flush (a close now lets the flushed text finish)."""
-        self.queued_chars = 0
         self.cursor = 0
         """Where the next chunk's words are looked for in its segment's text (`app.alignment.characters`)."""
         self.task = asyncio.create_task(self._run(), name=f"elevenlabs-context-{cid}")
@@ -132,7 +129,6 @@ class _Context:
             segments += self.stream.flush()
         for k, piece in enumerate(segments):
             self.queue.put_nowait(Segment(piece, start + k))
-        self.queued_chars += len(text)
         self.flushed = flush
 
     def end(self) -> None:
@@ -331,16 +327,15 @@ async def _handle(session: _Session, message: dict[str, Any]) -> bool:
         context.end()
         return False
     if text is not None or message.get("flush"):
-        if context.queued_chars + len(text or "") > session.svc.settings.max_input_chars * TEXT_PER_CONTEXT:
-            message_ = f"a context takes at most {session.svc.settings.max_input_chars * TEXT_PER_CONTEXT} characters"
+        try:
+            context.add(text or "", bool(message.get("flush")))
+        except InputTooLarge as exc:
             if not session.multi:
-                raise _Refused(message_, "input_too_large")
-            await session.error(message_, "input_too_large", context)
+                raise _Refused(str(exc), exc.code) from exc
+            await session.error(str(exc), exc.code, context)
             session.contexts.pop(cid, None)
             context.cancel()
             await session.send({"isFinal": True, "contextId": cid})
-            return False
-        context.add(text or "", bool(message.get("flush")))
     return False
 
 
