@@ -121,19 +121,6 @@ class ProcessRuntime:
     def active_name(self) -> str | None:
         return self._active
 
-    @property
-    def child_process(self) -> subprocess.Popen[bytes] | None:
-        """The inference process now (None before the first start, and between an unload and the next); the same
-        object for as long as that process serves."""
-        child = self._child
-        return child.process if child is not None else None
-
-    @property
-    def child_started_early(self) -> bool:
-        """Whether the inference process now is the one ``python -m app`` started before its imports."""
-        child = self._child
-        return child is not None and child.early
-
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""
         child = self._child
