@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from app.runtime import backends, early, messages
 from app.runtime.backends.base import Inference, Resolved
+from app.runtime.protocol import StateLost
 from app.runtime.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 EXIT_WAIT_S = 10.0
 
 
-class WorkerGone(RuntimeError):
+class WorkerGone(StateLost):
     """The inference process ended while a call waited for it."""
 
 
