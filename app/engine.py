@@ -104,7 +104,7 @@ class Engine:
              first_max: int = chunker.FIRST_CHUNK_TOKENS) -> Plan:
         """Validate and prepare; blocking (G2P), so call it from a worker thread. ``lang`` overrides the voice's
         language (`app.text.languages.parse`); ``first_max`` bounds the first chunk (a segment of streamed text
-        that follows others may start larger: `app.utterance`). The chunks depend on the text and these arguments
+        that follows others may start larger: `app.agents.utterance`). The chunks depend on the text and these arguments
         only."""
         resolved, language = self.check(voice, speed, lang)
         if phonemes:

@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,7 +16,9 @@ import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from app import utterance
+from app.agents import utterance
+from app.agents.elevenlabs import TRANSITIONS, Kind, State
+from app.agents.stream import TEXT_PER_STREAM
 from app.http.server import create_app
 from app.settings import Settings
 from tests.app.http.fake import FakeRuntime, fake_engine
@@ -129,3 +132,27 @@ def test_malformed_messages_close_with_a_reason(setup: tuple[TestClient, FakeRun
             with pytest.raises(WebSocketDisconnect) as closed:
                 receive(ws)
             assert closed.value.code == code
+
+
+def test_every_state_answers_every_kind_of_message() -> None:
+    assert set(TRANSITIONS) == {(state, kind) for state in State for kind in Kind}
+
+
+def test_text_past_a_contexts_limit_ends_that_context_or_the_single_stream(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, quiet_window_s=0, streams=1, max_input_chars=20)
+    too_much = "word " * (20 * TEXT_PER_STREAM // 5 + 1)
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
+        with client.websocket_connect("/v1/text-to-speech/af_heart/multi-stream-input") as ws:
+            ws.send_json({"text": too_much, "context_id": "a"})
+            refused = receive(ws)
+            assert (refused["error"], refused["contextId"]) == ("input_too_large", "a")
+            assert receive(ws) == {"isFinal": True, "contextId": "a"}
+            ws.send_json({"text": "Still here. ", "context_id": "b", "flush": True})  # the socket goes on
+            ws.send_json({"context_id": "b", "close_context": True})
+            assert any(m.get("audio") for m in until_final(ws, "b"))
+        with client.websocket_connect("/v1/text-to-speech/af_heart/stream-input") as ws:
+            ws.send_json({"text": too_much})
+            assert receive(ws)["error"] == "input_too_large"
+            with pytest.raises(WebSocketDisconnect) as closed:
+                receive(ws)
+            assert closed.value.code == 1008

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.agents.stream import CLAUSE_AFTER, MAX_SEGMENT, TEXT_PER_STREAM, TextStream
 from app.errors import InputTooLarge
-from app.text.stream import CLAUSE_AFTER, MAX_SEGMENT, TEXT_PER_STREAM, TextStream
 
 REPLY = ("Sure, I can help with that. Your order shipped on Monday; it should arrive by Thursday! "
          "Is there anything else — a return, perhaps? Version 3.5 is out.")

@@ -16,9 +16,9 @@ from wyoming.error import Error
 from wyoming.event import Event
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
+from app.agents.stream import TEXT_PER_STREAM
 from app.http.server import create_app
 from app.settings import Settings
-from app.text.stream import TEXT_PER_STREAM
 from bench.server import free_port
 from tests.app.http.fake import FakeRuntime, fake_engine
 

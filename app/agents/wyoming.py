@@ -3,8 +3,8 @@
 Events: ``describe`` -> ``info`` (one TTS program, every voice with its language); ``synthesize {text, voice}`` ->
 ``audio-start``, ``audio-chunk``s (16-bit mono PCM at 24 kHz), ``audio-stop``; streaming (Wyoming 1.7 on):
 ``synthesize-start {voice}``, ``synthesize-chunk {text}`` (pieces may break mid-word), ``synthesize-stop`` ->
-``audio-start`` / ``audio-chunk`` / ``audio-stop`` for each segment as it is ready (`app.text.stream`), then
-``synthesize-stopped``. Streamed text is bounded as the sockets' is (`app.text.stream.TEXT_PER_STREAM`): past it the
+``audio-start`` / ``audio-chunk`` / ``audio-stop`` for each segment as it is ready (`app.agents.stream`), then
+``synthesize-stopped``. Streamed text is bounded as the sockets' is (`app.agents.stream.TEXT_PER_STREAM`): past it the
 stream's speech stops, an ``error`` is sent, and its later chunks are dropped until its ``synthesize-stop``. A new
 ``synthesize-start`` ends the stream before it as a barge-in: its unspoken text is dropped, an open audio stream is
 stopped, and no more of its audio is sent. Home Assistant sends a plain ``synthesize`` with the whole text too,
@@ -12,7 +12,7 @@ inside a stream, for servers that do not stream: it is ignored there, as wyoming
 answered as handled (a bridge that refused unknown events broke on Home Assistant 2025.8). Errors go back as Wyoming
 ``error`` events.
 
-Speech goes through `app.utterance.speak`: the same admission, warm hold and schedule as HTTP and the sockets.
+Speech goes through `app.agents.utterance.speak`: the same admission, warm hold and schedule as HTTP and the sockets.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
+from app.agents.stream import TextStream
+from app.agents.utterance import Segment, speak
 from app.audio import SAMPLE_RATE, to_int16
 from app.engine import Spoken
 from app.errors import InputTooLarge, ServiceError
 from app.served import default_voice
 from app.services import Services
 from app.text import languages
-from app.text.stream import TextStream
-from app.utterance import Segment, speak
 
 log = logging.getLogger(__name__)
 
