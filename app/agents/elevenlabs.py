@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from app.agents import alignment
-from app.agents.output import Output, OutputFormat
+from app.agents.output import OutputFormat
 from app.agents.stream import TextStream
 from app.agents.utterance import Segment, speak
 from app.engine import Spoken
@@ -141,7 +141,7 @@ class Context:
         self.state = State.OPEN
         self.stream = TextStream(session.svc.settings.max_input_chars)
         self.queue: asyncio.Queue[Segment | None] = asyncio.Queue()
-        self.output = Output(session.format)
+        self.output = session.format.encoder()
         self.cancelled = False
         self.cursor = 0
         """Where the next chunk's words are looked for in its segment's text (`app.agents.alignment.characters`)."""
