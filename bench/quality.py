@@ -41,7 +41,7 @@ from app.voices import VoiceBank
 from bench import corpus as corpus_mod
 from bench import machine, transcript
 from bench.client import RequestFailed
-from bench.server import free_port, launch, progress, terminate, wait_ready
+from bench.server import free_port, launch, peer_server, progress, terminate, wait_ready
 
 RATE = 24_000
 SIDES = ("served", "inprocess")
@@ -206,7 +206,7 @@ def _peer(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict
 
     config = next(c for c in configs.all_configs(read_budget()) if c.name == options.peer)
     installed = peers.install(peers.PEERS[options.peer], work / "peers", work / f"install-{options.peer}.log")
-    server = peers.server(config, installed, model=model, voices=options.voices_file or EMBEDDED,
+    server = peer_server(config, installed, model=model, voices=options.voices_file or EMBEDDED,
                           work=work / "peer-files", log_path=work / f"{options.peer}.log")
     with server:
         server.wait_ready()

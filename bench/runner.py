@@ -45,7 +45,7 @@ from bench import checks, client, figures, inprocess, load, machine, peers, plot
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, parse_pool, select
 from bench.meter import MB, Reading, Sampler, files_under
-from bench.server import Server
+from bench.server import Server, peer_server
 from lifecycle.pagecache import evict
 
 log = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ class Run:
 
     def _measure(self, config: ServerConfig, jobs: Sequence[inprocess.Job]) -> dict[str, Any]:
         if config.peer:
-            server = peers.server(config, self.installed[config.name], model=self.model, voices=VOICES,
+            server = peer_server(config, self.installed[config.name], model=self.model, voices=VOICES,
                                   work=self.work / "peer-files" / config.name,
                                   log_path=self.logs / f"{config.name}.log")
             settings = server.settings
