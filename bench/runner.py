@@ -105,7 +105,7 @@ class Options:
     @property
     def serves_tuned(self) -> bool:
         """Whether the complete system serves a tuned choice: tuned here first, or read from ``tuned_dir`` (which a
-        quick run, untuned by default, honours too: until 2026-12-03 it ignored it and served OpenVINO f32)."""
+        quick run, untuned by default, honours too)."""
         return self.tune or self.tuned_dir is not None
 
     def estimate_s(self, n_configs: int, complete: bool) -> float:
@@ -118,8 +118,8 @@ class Options:
 
 
 def quick_options(out: Path, cache_dir: Path, command: str = "") -> Options:
-    """About 2.5 minutes: two configurations, a corpus subset, short windows, few cycles, no cold start
-    without the compile cache (measured 159 s with it, 12 s of it that compile)."""
+    """A few minutes: two configurations, a corpus subset, short windows, few cycles, no cold start without the
+    compile cache (`Options.estimate_s` says how long)."""
     return Options(out=out, cache_dir=cache_dir, configs=(REFERENCE, "complete"), clients=(1, 2), ramp_s=2.0,
                    window_s=10.0, idle_s=6.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
                    cold_without_cache=False, items=("s1", "m1"), drain_s=4.0, ceiling_1x1=False, memory_interval_s=1.0,
