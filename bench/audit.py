@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bench import autoscale, cost
+from bench import autoscale, cost, replay
 
 LOG = logging.getLogger(__name__)
 
@@ -96,8 +96,8 @@ def run_cost(args: argparse.Namespace) -> Path:
     stz_from = _scale_to_zero_sources(figures.configurations, args.scale_to_zero_from)
     after = _scale_to_zero_after(figures.configurations, args.scale_to_zero_after)
 
-    runs = [cost.trace_usage(fig, audio, requests, "always-on") for fig in figures.configurations]
-    runs += [cost.trace_usage(fig, audio, requests, "scale-to-zero", after) for fig in stz_from]
+    runs = [replay.trace_usage(fig, audio, requests, "always-on") for fig in figures.configurations]
+    runs += [replay.trace_usage(fig, audio, requests, "scale-to-zero", after) for fig in stz_from]
 
     numbers: dict[str, Any] = {"billing": dataclasses.asdict(billing), "figures": str(figures_path),
                                "trace": str(args.trace), "scale_to_zero_after_s": after, "configurations": {},
