@@ -20,8 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bench import autoscale, cost, replay
-from bench.markdown import table
+from bench import autoscale, cost, markdown, replay
 
 LOG = logging.getLogger(__name__)
 
@@ -168,19 +167,19 @@ def _cost_report(args: argparse.Namespace, figures: cost.FiguresFile, trace: aut
          f"{after:g} s after its last request (one figure for all: the longest quiet window among them)."), "",
         "## Cost per audio-hour at full load", "",
         "One instance busy at its throughput for the audio-hour, existing only while busy.", "",
-        table(["configuration", "audio-s per CPU-s", "vCPUs", "configured MiB", "configured memory",
+        markdown.table(["configuration", "audio-s per CPU-s", "vCPUs", "configured MiB", "configured memory",
                 "metered memory"], hour_rows), "",
         "## Bursty day", "",
         ("24 h, 2 audio-hours of demand in 8 equal bursts on one instance: always-on keeps it alive between bursts; "
          "scale-to-zero starts it for each burst."), "",
-        table(["configuration", "idle MiB", "released MiB", "CPU", "memory (configured)", "day (configured)",
+        markdown.table(["configuration", "idle MiB", "released MiB", "CPU", "memory (configured)", "day (configured)",
                 "memory (metered)", "day (metered)", "cold start, s", "scale-to-zero day (configured)",
                 "scale-to-zero day (metered)"], day_rows), "",
         "## The trace, per day", "",
         ("Always-on keeps one instance alive; scale-to-zero has none after the idle time above and pays the "
          f"configuration's cold start on every wake. Costs are scaled to 24 h. Per audio-hour uses the platform's "
          f"memory model ({billing.memory})."), "",
-        table(["configuration", "policy", "day (configured)", "day (metered)", "per audio-hour", "wakes",
+        markdown.table(["configuration", "policy", "day (configured)", "day (metered)", "per audio-hour", "wakes",
                 "requests waiting on a cold start", "max instances"], trace_rows), "",
         "![cost](cost.png)", "",
         "## Notes on the figures", "", *(notes or ["- none"]), "",
@@ -259,7 +258,7 @@ def run_autoscale(args: argparse.Namespace) -> Path:
          f"({args.interpolation} interpolation of the per-minute trace); min instances {args.min_instances}."),
         ("- A new instance takes calls only after its start time; demand above the ready capacity is turned "
          "away."), "",
-        table(["start time", f"turned away at {args.buffer * 100:g} %", "share of demand", "worst minute",
+        markdown.table(["start time", f"turned away at {args.buffer * 100:g} %", "share of demand", "worst minute",
                 "spare capacity to turn none away", "max instances"], table), "",
         "![autoscale](autoscale.png)", "",
         "Method and calibration: docs/cost-audit.md.", "",
