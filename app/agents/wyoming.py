@@ -159,6 +159,8 @@ class Handler(AsyncEventHandler):
                 await self.write_event(AudioStop().event())
 
     async def _emit(self, segment: Segment, spoken: Spoken, offset: int) -> None:
+        if asyncio.current_task() is not self._speaking:
+            return  # a stream ended by a new one: its running chunk may finish before the cancel lands; none of it goes
         if segment is not self._segment:
             if self._segment is not None:
                 await self.write_event(AudioStop().event())

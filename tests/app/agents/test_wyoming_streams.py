@@ -72,6 +72,7 @@ def test_streamed_text_past_the_limit_is_an_error_and_the_stream_still_stops(wyo
 def test_a_new_stream_ends_the_one_before_it(wyoming: tuple[int, FakeRuntime]) -> None:
     port, runtime = wyoming
     runtime.gate = threading.Event()
+    runtime.started.clear()  # set by the warm-up: from here, by the first stream's inference alone
     try:
         async def barge_in() -> list[Event]:
             async with AsyncTcpClient("127.0.0.1", port) as client:
@@ -81,6 +82,9 @@ def test_a_new_stream_ends_the_one_before_it(wyoming: tuple[int, FakeRuntime]) -
                 for event in (SynthesizeStart(VOICE).event(), SynthesizeChunk("Bye now.").event(),
                               SynthesizeStop().event()):
                     await client.write_event(event)
+                # The first stream's inference is held until the server has read the new start (sent already, read
+                # in microseconds): released before, it could speak before the start was read, as it may.
+                await asyncio.sleep(0.5)
                 runtime.gate.set()  # type: ignore[union-attr]
                 found: list[Event] = []
                 while not found or found[-1].type != "synthesize-stopped":
