@@ -45,9 +45,13 @@ _MP3_STREAM_LEVEL = 0.6
 """libsndfile's compression level for streamed MP3: 64 kbit/s at constant bitrate (24 kHz is MPEG-2)."""
 
 
+def int16(samples: npt.NDArray[np.float32]) -> npt.NDArray[np.int16]:
+    """Float samples as 16-bit little-endian integers, clipped to [-1, 1]: the one conversion every encoder uses."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).astype("<i2")
+
+
 def to_int16(samples: npt.NDArray[np.float32]) -> bytes:
-    clipped = np.clip(samples, -1.0, 1.0)
-    return (clipped * 32767.0).astype("<i2").tobytes()
+    return int16(samples).tobytes()
 
 
 def wav_header(n_samples: int | None) -> bytes:
@@ -123,6 +127,75 @@ def whole(fmt: str, chunks: list[npt.NDArray[np.float32]]) -> bytes:
     encoder = Encoder(fmt, streaming=False)
     body = b"".join(encoder.encode(c) for c in chunks)
     return body + encoder.finish()
+
+
+_CODECS = {"ulaw": "pcm_mulaw", "alaw": "pcm_alaw", "mp3": "libmp3lame"}
+
+
+class Resampled:
+    """Float chunks at the model's rate in, bytes at ``rate`` out: raw 16-bit PCM (``pcm``), G.711 (``ulaw``,
+    ``alaw``) or MP3 at ``kbps`` (the voice agents' formats, `app.agents.output`), through FFmpeg's resampler and
+    encoders from PyAV. The resampler and the MP3 encoder keep state across chunks, so a stream cut into chunks gives
+    the same bytes as one whole, and `finish` hands out what they still hold. One owner; not thread-safe."""
+
+    def __init__(self, codec: str, rate: int, kbps: int = 0) -> None:
+        import av
+
+        self.codec = codec
+        self._resampler: Any = (av.AudioResampler(format="s16", layout="mono", rate=rate)
+                                if rate != SAMPLE_RATE else None)
+        self._codec: Any = None
+        if codec in _CODECS:
+            self._codec = av.CodecContext.create(_CODECS[codec], "w")
+            self._codec.sample_rate = rate
+            self._codec.layout = "mono"
+            self._codec.format = "s16p" if codec == "mp3" else "s16"
+            if kbps:
+                self._codec.bit_rate = kbps * 1000
+            self._codec.open()
+        self._pts = 0
+
+    def encode(self, samples: npt.NDArray[np.float32]) -> bytes:
+        return self._out(self._resample(samples))
+
+    def finish(self) -> bytes:
+        """What the resampler and the encoder still hold; the output is done after it."""
+        frames = self._resampler.resample(None) if self._resampler is not None else []
+        out = self._out(frames)
+        if self._codec is not None:
+            out += b"".join(bytes(p) for p in self._codec.encode(None))
+        return out
+
+    def _resample(self, samples: npt.NDArray[np.float32]) -> list[Any]:
+        import av
+
+        pcm = int16(samples).reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+        frame.sample_rate = SAMPLE_RATE
+        frame.pts = self._pts
+        self._pts += pcm.shape[1]
+        return list(self._resampler.resample(frame)) if self._resampler is not None else [frame]
+
+    def _out(self, frames: list[Any]) -> bytes:
+        if self._codec is None:
+            return b"".join(f.to_ndarray().astype("<i2").tobytes() for f in frames)
+        out = bytearray()
+        for frame in frames:
+            if self.codec == "mp3":
+                frame = _planar_s16(frame)
+            frame.pts = None
+            for packet in self._codec.encode(frame):
+                out += bytes(packet)
+        return bytes(out)
+
+
+def _planar_s16(frame: Any) -> Any:
+    """The same mono s16 samples as an s16p frame (libmp3lame takes planar samples only)."""
+    import av
+
+    planar = av.AudioFrame.from_ndarray(frame.to_ndarray().reshape(1, -1), format="s16p", layout="mono")
+    planar.sample_rate = frame.sample_rate
+    return planar
 
 
 class _AacWriter:

@@ -108,8 +108,8 @@ class Engine:
              first_max: int = chunker.FIRST_CHUNK_TOKENS, normalization: Normalization = DEFAULT) -> Plan:
         """Validate and prepare; blocking (G2P), so call it from a worker thread. ``lang`` overrides the voice's
         language (`app.text.languages.parse`); ``first_max`` bounds the first chunk (a segment of streamed text
-        that follows others may start larger: `app.utterance`); ``normalization``: what of English text is rewritten
-        before it is read (`app.text.normalize`). The chunks depend on the text and these arguments only."""
+        that follows others may start larger: `app.agents.utterance`); ``normalization``: what of English text is
+        rewritten before it is read (`app.text.normalize`). The chunks depend on the text and these arguments only."""
         resolved, language = self.check(voice, speed, lang)
         if phonemes:
             phoneme_text, spoken = text, words.of_phonemes(text)

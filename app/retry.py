@@ -1,20 +1,22 @@
-"""One more try on a fresh inference process for speech that has not sent a byte: shared by HTTP and the sockets.
+"""One more try on a fresh inference process for speech that has not sent a byte: every path's, HTTP's (streamed
+and whole) and the voice agents'.
 
-The inference process can die under a request (killed for memory, say). Its death reaches the first chunk as an
-`InferenceFailed` caused by `WorkerGone`; the lifecycle restores a fresh process for the next hold, and the speech is
-asked of it once. A second death, or the model failing on this input, is the caller's error to tell.
+The inference process can die under a request (killed for memory, say). Its death reaches the speech as an
+`InferenceFailed` caused by the runtime's `StateLost` (the `Runtime` protocol's word for "the process that ran this is
+gone"); the lifecycle restores a fresh process for the next hold, and the speech is asked of it once. A second death,
+or the model failing on this input, is the caller's error to tell.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AsyncExitStack
 
 from app.engine import Plan, Spoken
 from app.errors import InferenceFailed, Unavailable
 from app.pool import Playback
-from app.runtime.proxy import WorkerGone
+from app.runtime.protocol import StateLost
 from app.services import Services
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,20 @@ async def again(svc: Services, plan: Plan, stack: AsyncExitStack,
         raise
 
 
+async def whole(svc: Services, plan: Plan, stack: AsyncExitStack, first: Spoken,
+                chunks: AsyncIterator[Spoken]) -> list[Spoken]:
+    """Every chunk of ``plan``, ``first`` and the rest of ``chunks``, for speech that sends nothing before its last
+    (a whole response): where the process dies midway nothing has left yet, so the whole of it is asked again
+    (`again`)."""
+    try:
+        return [first, *[spoken async for spoken in chunks]]
+    except InferenceFailed as exc:
+        if not process_lost(svc, exc):
+            raise
+    first, chunks = await again(svc, plan, stack)
+    return [first, *[spoken async for spoken in chunks]]
+
+
 def process_lost(svc: Services, exc: InferenceFailed) -> bool:
     """Whether ``exc`` came of the inference process ending (not of the model failing on this input)."""
-    return isinstance(exc.__cause__, WorkerGone) or not svc.engine.runtime.intact()
+    return isinstance(exc.__cause__, StateLost) or not svc.engine.runtime.intact()

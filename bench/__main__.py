@@ -49,7 +49,7 @@ def _pool(text: str) -> str:
     return text.strip().lower()
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
@@ -105,7 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _options(args: argparse.Namespace, command: str) -> runner.Options:
+def options_of(args: argparse.Namespace, command: str) -> runner.Options:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     out = args.out or Path("bench/results") / (f"quick-{stamp}" if args.quick else stamp)
     base = (runner.quick_options(out, args.cache_dir, command) if args.quick
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "quality":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         return languages.main(argv[2:]) if argv[1:2] == ["--languages"] else quality.main(argv[1:])
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command == "report":
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # SIGTERM unwinds like Ctrl-C, so every server is stopped and its cgroup removed on the way out.
     signal.signal(signal.SIGTERM, _interrupt)
-    options = _options(args, "python -m bench " + shlex.join(argv))
+    options = options_of(args, "python -m bench " + shlex.join(argv))
     try:
         out = runner.Run(options).execute()
     except KeyboardInterrupt as exc:

@@ -37,6 +37,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from bench import corpus as corpus_mod
+from bench import load
 from bench.server import free_port, launch, terminate, wait_ready
 from lifecycle.proctree import cpu_seconds
 
@@ -186,11 +187,10 @@ async def _http(url: str, k: int, texts: list[str], count: int, voice: str) -> f
     return audio
 
 
-def _p(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
+def percentile(values: list[float], q: float) -> float | None:
+    """`bench.load.percentile` (every report's: linear interpolation, so p90s compare across reports), rounded to the
+    millisecond; None where there is no value."""
+    return round(load.percentile(values, q), 3) if values else None
 
 
 def level(url: str, pid: int, clients: int, texts: list[str], voice: str, rate: float, barge_every: int,
@@ -212,11 +212,11 @@ def level(url: str, pid: int, clients: int, texts: list[str], voice: str, rate: 
     http_per = http_cpu / http_audio if http_audio else None
     return {
         "clients": clients, "replies": len(replies), "barge_ins": len(barges), "audio_s": round(audio, 1),
-        "first_clause_p50_s": _p(firsts, 0.5), "first_clause_p90_s": _p(firsts, 0.9),
-        "later_sentence_p50_s": _p(later, 0.5), "later_sentence_p90_s": _p(later, 0.9),
+        "first_clause_p50_s": percentile(firsts, 50), "first_clause_p90_s": percentile(firsts, 90),
+        "later_sentence_p50_s": percentile(later, 50), "later_sentence_p90_s": percentile(later, 90),
         "stall_s_per_audio_min": round(60 * sum(r.stall_s for r in whole) / max(1e-9, sum(r.audio_s for r in whole)),
                                        3),
-        "barge_in_final_p50_s": _p(barges, 0.5), "barge_in_final_max_s": _p(barges, 1.0),
+        "barge_in_final_p50_s": percentile(barges, 50), "barge_in_final_max_s": percentile(barges, 100),
         "audio_after_100ms": sum(r.late_audio for r in replies), "errors": [e for r in replies for e in r.errors],
         "socket_cpu_per_audio_s": round(socket_per, 4) if socket_per else None,
         "http_cpu_per_audio_s": round(http_per, 4) if http_per else None,

@@ -20,7 +20,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from bench import autoscale, cost
+from bench import autoscale, cost, markdown, replay
 
 LOG = logging.getLogger(__name__)
 
@@ -37,12 +37,6 @@ def _usd(value: float) -> str:
     if abs(value) >= 100:
         return f"${value:,.2f}"
     return f"${value:.4f}" if abs(value) >= 0.01 else f"${value:.6f}"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _out_dir(arg: str | None) -> Path:
@@ -96,8 +90,8 @@ def run_cost(args: argparse.Namespace) -> Path:
     stz_from = _scale_to_zero_sources(figures.configurations, args.scale_to_zero_from)
     after = _scale_to_zero_after(figures.configurations, args.scale_to_zero_after)
 
-    runs = [cost.trace_usage(fig, audio, requests, "always-on") for fig in figures.configurations]
-    runs += [cost.trace_usage(fig, audio, requests, "scale-to-zero", after) for fig in stz_from]
+    runs = [replay.trace_usage(fig, audio, requests, "always-on") for fig in figures.configurations]
+    runs += [replay.trace_usage(fig, audio, requests, "scale-to-zero", after) for fig in stz_from]
 
     numbers: dict[str, Any] = {"billing": dataclasses.asdict(billing), "figures": str(figures_path),
                                "trace": str(args.trace), "scale_to_zero_after_s": after, "configurations": {},
@@ -173,19 +167,19 @@ def _cost_report(args: argparse.Namespace, figures: cost.FiguresFile, trace: aut
          f"{after:g} s after its last request (one figure for all: the longest quiet window among them)."), "",
         "## Cost per audio-hour at full load", "",
         "One instance busy at its throughput for the audio-hour, existing only while busy.", "",
-        _table(["configuration", "audio-s per CPU-s", "vCPUs", "configured MiB", "configured memory",
+        markdown.table(["configuration", "audio-s per CPU-s", "vCPUs", "configured MiB", "configured memory",
                 "metered memory"], hour_rows), "",
         "## Bursty day", "",
         ("24 h, 2 audio-hours of demand in 8 equal bursts on one instance: always-on keeps it alive between bursts; "
          "scale-to-zero starts it for each burst."), "",
-        _table(["configuration", "idle MiB", "released MiB", "CPU", "memory (configured)", "day (configured)",
+        markdown.table(["configuration", "idle MiB", "released MiB", "CPU", "memory (configured)", "day (configured)",
                 "memory (metered)", "day (metered)", "cold start, s", "scale-to-zero day (configured)",
                 "scale-to-zero day (metered)"], day_rows), "",
         "## The trace, per day", "",
         ("Always-on keeps one instance alive; scale-to-zero has none after the idle time above and pays the "
          f"configuration's cold start on every wake. Costs are scaled to 24 h. Per audio-hour uses the platform's "
          f"memory model ({billing.memory})."), "",
-        _table(["configuration", "policy", "day (configured)", "day (metered)", "per audio-hour", "wakes",
+        markdown.table(["configuration", "policy", "day (configured)", "day (metered)", "per audio-hour", "wakes",
                 "requests waiting on a cold start", "max instances"], trace_rows), "",
         "![cost](cost.png)", "",
         "## Notes on the figures", "", *(notes or ["- none"]), "",
@@ -264,7 +258,7 @@ def run_autoscale(args: argparse.Namespace) -> Path:
          f"({args.interpolation} interpolation of the per-minute trace); min instances {args.min_instances}."),
         ("- A new instance takes calls only after its start time; demand above the ready capacity is turned "
          "away."), "",
-        _table(["start time", f"turned away at {args.buffer * 100:g} %", "share of demand", "worst minute",
+        markdown.table(["start time", f"turned away at {args.buffer * 100:g} %", "share of demand", "worst minute",
                 "spare capacity to turn none away", "max instances"], table), "",
         "![autoscale](autoscale.png)", "",
         "Method and calibration: docs/cost-audit.md.", "",

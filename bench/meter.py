@@ -13,8 +13,7 @@ so the billable figure adds them back: the file pages the server has resident (`
 ``/proc/<pid>/status``) less the mapped file pages its own group was charged for (``mapped_file``). The raw cgroup
 usage is kept next to it (``cgroup``). The server's process tree counts (it runs the model in a child process): a
 library page mapped by both, or a file mapped twice by one (the compile-cache blob under the wide session's primary
-form, removed since), is counted once (`lifecycle.proctree.resident_file_bytes`); before that correction the figure
-erred high, by 12-20 MB with the defaults and by 180-190 MB with the wide form (2026-12-03).
+form, removed since), is counted once (`lifecycle.proctree.resident_file_bytes`), or the figure errs high.
 
 Where no cgroup can be made (not root, read-only mount, cgroup v2 without the memory controller delegated),
 `RssMeter` reads the process's RSS instead and every figure says so: RSS leaves out page cache.

@@ -32,17 +32,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from bench.client import Api
 from lifecycle.proctree import cpu_seconds
-
-if TYPE_CHECKING:  # configs imports this module for PEERS
-    from bench.configs import ServerConfig
-    from bench.server import Server
 
 
 @dataclass(frozen=True)
@@ -173,19 +169,6 @@ def lay_out_kokoro_pi(models: Path, model: Path, voices: Path) -> Path:
                 "checksums": {}, "build": {"note": "laid out by bench.peers: the shipped int8 file, unchanged"}}
     (models / "models.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return models
-
-
-def server(config: ServerConfig, installed: Installed, *, model: Path, voices: Path, work: Path,
-           log_path: Path, label: str = "") -> Server:
-    """A `bench.server.Server` that starts the peer (not yet started)."""
-    from bench.server import Server
-
-    peer = installed.peer
-    made = Server(config, {}, log_path, label=label)
-    argv, env = launch_spec(peer, installed.venv, model=model, voices=voices, work=work, port=made.port,
-                            threads=config.threads_per_stream)
-    made.argv, made.settings, made.ready_path = argv, env, peer.ready_path
-    return made
 
 
 def quiesce(pid: int, *, settle_s: float = 0.5, busy_fraction: float = 0.05, timeout_s: float = 120.0) -> float:

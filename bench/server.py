@@ -26,6 +26,7 @@ import httpx
 from bench import variant
 from bench.configs import ServerConfig
 from bench.meter import MemoryCgroup, Meter, RssMeter
+from bench.peers import Installed, launch_spec
 from bench.quota import CpuQuota
 
 log = logging.getLogger(__name__)
@@ -203,3 +204,14 @@ class Server:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def peer_server(config: ServerConfig, installed: Installed, *, model: Path, voices: Path, work: Path,
+           log_path: Path, label: str = "") -> Server:
+    """A `Server` that starts the peer (`bench.peers`), not yet started."""
+    peer = installed.peer
+    made = Server(config, {}, log_path, label=label)
+    argv, env = launch_spec(peer, installed.venv, model=model, voices=voices, work=work, port=made.port,
+                            threads=config.threads_per_stream)
+    made.argv, made.settings, made.ready_path = argv, env, peer.ready_path
+    return made

@@ -57,10 +57,10 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of app/ and lifecycle/ and the modules of theirs it imports, anywhere in its body (an import in a
+def import_graph(packages: tuple[str, ...] = ("app", "lifecycle")) -> dict[str, set[str]]:
+    """Each module of ``packages`` and the modules of theirs it imports, anywhere in its body (an import in a
     function is a dependency all the same): ``from app import served`` names ``app.served``."""
-    paths = {module_name(p): p for package in ("app", "lifecycle") for p in (ROOT / package).rglob("*.py")}
+    paths = {module_name(p): p for package in packages for p in (ROOT / package).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in paths.items():
         found = set()
@@ -116,8 +116,31 @@ def test_no_module_reads_the_environment_but_settings() -> None:
         assert "os.environ" not in path.read_text(), f"{rel} reads os.environ"
 
 
+STILL_OVER = {"bench/runner.py": 458, "bench/load.py": 375}
+"""bench/ modules not split yet, at most as long as they are: the list only shrinks."""
+
+
 def test_no_module_over_350_lines() -> None:
-    """Small modules, one concept each (docs/architecture.md's tree is the map): a module past this is split."""
-    for path in list((ROOT / "app").rglob("*.py")) + list((ROOT / "lifecycle").rglob("*.py")):
-        lines = len(path.read_text().splitlines())
-        assert lines <= 350, f"{path.relative_to(ROOT)} has {lines} lines"
+    """Small modules, one concept each (docs/architecture.md's tree is the map): a module past this is split; bench/
+    is held to the rule as app/ is."""
+    for package in ("app", "lifecycle", "bench"):
+        for path in (ROOT / package).rglob("*.py"):
+            rel, lines = path.relative_to(ROOT).as_posix(), len(path.read_text().splitlines())
+            assert lines <= STILL_OVER.get(rel, 350), f"{rel} has {lines} lines"
+    for rel in STILL_OVER:
+        assert len((ROOT / rel).read_text().splitlines()) > 350, f"{rel} is split now: take it off STILL_OVER"
+
+
+def test_no_import_circle() -> None:
+    """Dependencies point one way in app/, lifecycle/ and bench/: no module reaches itself through its imports (an
+    import inside a function counts, as one under ``TYPE_CHECKING`` does)."""
+    graph = import_graph(("app", "lifecycle", "bench"))
+    for start in sorted(graph):
+        queue, seen = sorted(graph[start]), set()
+        while queue:
+            module = queue.pop()
+            if module == start:
+                raise AssertionError(f"{start} imports itself through {sorted(graph[start])}")
+            if module not in seen:
+                seen.add(module)
+                queue.extend(graph[module])

@@ -3,8 +3,10 @@ lifecycle/, and the README and docs cite only results folders that are in the tr
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -86,3 +88,25 @@ def _number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
+
+
+def _results(folder: str, name: str = "results.json") -> Any:
+    return json.loads((ROOT / "bench" / "results" / folder / name).read_text())
+
+
+def test_the_readme_figures_are_the_runs_it_cites() -> None:
+    """Each measured figure the README states outside its performance table is read here from the file it cites, so
+    that a new run that moves it fails this test until the text says so too."""
+    text = " ".join(README.read_text().split())
+    start = _results("coldstart-20261206-zen4-quiet")["summary"]["head"]
+    assert f"{start['ready_s']:.2f} s to ready, {start['first_audio_s']:.2f} s to first audio" in text
+    measured = json.loads((ROOT / "deploy" / "measured.json").read_text())
+    assert f"ready in about 2 s ({measured['cold_start_ready_s']:.2f} s, `deploy/measured.json`)" in text
+    summaries = _results("run-20261206-zen4-peers")["derived"]["summaries"]
+    release = summaries["complete"]["release"]
+    assert f"first audio {release['first_audio_median']:.2f} s after a release on Zen 4 (the median of " \
+           f"{release['first_audio_cycles']} cycles" in text
+    low, high = sorted(round(summaries[c]["release"]["released_median_mb"]) for c in ("complete", "foreign"))
+    assert f"Released memory is {low}-{high} MiB there" in text
+    default = next(default for name, default, _ in documented() if name == "TTS_WYOMING_PORT")
+    assert default == "0" and "`TTS_WYOMING_PORT` (off by default" in text

@@ -14,7 +14,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from app import errors, wyoming
+from app import agents, errors
 from app.engine import Engine
 from app.http import admin, captioned, catalog, elevenlabs, health, speech, web
 from app.http.auth import KeyGuard
@@ -92,12 +92,11 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
         services = Services(settings, built.engine, manager, metrics, budget, built.shape, built.pace)
         await manager.start()
         log.info("serving %s: %s", settings.backend, built.engine.resolved)
-        voice_server = await wyoming.serve(services) if settings.wyoming_port else None
+        stop_agents = await agents.start(services)
         try:
             yield {"services": services}
         finally:
-            if voice_server is not None:
-                await voice_server.stop()
+            await stop_agents()
             await manager.stop()
             await anyio.to_thread.run_sync(built.state.close)
 

@@ -141,18 +141,11 @@ async def create_speech(request: Request) -> Response:
         # FLAC is not progressive: sent whole with exact headers and a Content-Length (see app.audio).
         # In SSE, whatever `stream` says, events stream (a non-progressive format in one delta).
         try:
-            try:
-                rest = [c.audio async for c in chunks]
-            except InferenceFailed as exc:
-                if not retry.process_lost(svc, exc):
-                    raise
-                # Nothing is sent before the last chunk: the whole of it is asked again.
-                first, chunks = await retry.again(svc, started.plan, stack)
-                rest = [c.audio async for c in chunks]
+            spoken = [c.audio for c in await retry.whole(svc, started.plan, stack, first, chunks)]
         finally:
             await stack.aclose()
-        observe(svc, arrived, [first.audio, *rest], first_audio_s=time.perf_counter() - arrived)
-        body = audio.whole(speech.response_format, [first.audio, *rest])
+        observe(svc, arrived, spoken, first_audio_s=time.perf_counter() - arrived)
+        body = audio.whole(speech.response_format, spoken)
         return Response(body, media_type=audio.FORMATS[speech.response_format])
     encoder = audio.Encoder(speech.response_format, streaming=True)
     produced: list[int] = []

@@ -44,7 +44,7 @@ def isa_family(flags: Iterable[str]) -> str:
 # The tiers a tuning result travels by (`cpu_class`): what decides which kernels ONNX Runtime's MLAS and OpenVINO's
 # oneDNN run, most capable first. VNNI gives int8 dot products (the int8 forms' GEMMs); BF16 gives OpenVINO's bf16
 # hint native arithmetic; AMX adds the tile units.
-_CLASS_TIERS: tuple[tuple[str, frozenset[str]], ...] = (
+CLASS_TIERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("amx", frozenset({"amx_tile", "amx_bf16", "avx512f"})),
     ("avx512-bf16", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16"})),
     ("avx512-vnni", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni"})),
@@ -60,14 +60,14 @@ def cpu_class(flags: Iterable[str], vendor: str) -> str:
     are present (``amd-avx512-bf16``, ``intel-amx``, ``intel-avx2``). Two CPUs of one class run the same kernels, so
     the ranking measured on one holds on the other within the noise."""
     present = set(flags)
-    tier = next((name for name, needed in _CLASS_TIERS if needed <= present), "generic")
+    tier = next((name for name, needed in CLASS_TIERS if needed <= present), "generic")
     return f"{vendor}-{tier}"
 
 
 def tier_flags(cpu_class_name: str) -> frozenset[str]:
     """The flags every CPU of a class (`cpu_class`'s name) has: what the tuner would try there."""
     tier = cpu_class_name.split("-", 1)[1] if "-" in cpu_class_name else cpu_class_name
-    return next((needed for name, needed in _CLASS_TIERS if name == tier), frozenset())
+    return next((needed for name, needed in CLASS_TIERS if name == tier), frozenset())
 
 
 def cpu_vendor(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:

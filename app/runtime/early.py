@@ -70,11 +70,6 @@ def start(module: str = CHILD_MODULE, preimport: tuple[str, ...] = ()) -> None:
             _early = None
 
 
-def pending() -> Spawned | None:
-    """The process `start` began that no `take` has had yet (None: none)."""
-    return _early
-
-
 def take(module: str) -> Spawned | None:
     """The process `start` began, if it runs ``module`` and is still running; at most once."""
     global _early

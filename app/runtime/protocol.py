@@ -17,6 +17,11 @@ import numpy.typing as npt
 from app.runtime.backends.base import Inference, Resolved
 
 
+class StateLost(RuntimeError):
+    """Raised by a runtime's call when the process that held its state ended under it: nothing is wrong with the
+    call itself, and a fresh load may serve it (`app.retry`)."""
+
+
 class Runtime(Protocol):
     """Loads, runs and drops the model's inference state.
 
@@ -55,7 +60,8 @@ class Runtime(Protocol):
         ...
 
     def intact(self) -> bool:
-        """False when loaded state vanished without an unload (the inference process died)."""
+        """False when loaded state vanished without an unload (the inference process died); a call that was running
+        on it raises `StateLost`."""
         ...
 
     def unload(self) -> None:

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from app.runtime import backends, early, messages
 from app.runtime.backends.base import Inference, Resolved
+from app.runtime.protocol import StateLost
 from app.runtime.spec import Spec
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 EXIT_WAIT_S = 10.0
 
 
-class WorkerGone(RuntimeError):
+class WorkerGone(StateLost):
     """The inference process ended while a call waited for it."""
 
 
@@ -120,19 +121,6 @@ class ProcessRuntime:
     @property
     def active_name(self) -> str | None:
         return self._active
-
-    @property
-    def child_process(self) -> subprocess.Popen[bytes] | None:
-        """The inference process now (None before the first start, and between an unload and the next); the same
-        object for as long as that process serves."""
-        child = self._child
-        return child.process if child is not None else None
-
-    @property
-    def child_started_early(self) -> bool:
-        """Whether the inference process now is the one ``python -m app`` started before its imports."""
-        child = self._child
-        return child is not None and child.early
 
     def intact(self) -> bool:
         """False once a loaded child has died: its state is gone and must be restored."""

@@ -1,8 +1,10 @@
 """Speech is a function of the request: on a real server with the real model the same request gives the same bytes as
-the first request after its start, alone, under load, streamed or whole, and after a release and restore; under
-either engine the server can serve, ONNX Runtime (what ``TTS_BACKEND=auto`` serves on every CPU class on record) and
-OpenVINO (``TTS_BACKEND=openvino``, or where a local tuning picks it; its restore is checked in tests/lifecycle).
-One engine serves an instance from its first request to its last: nothing in front of it while it loads.
+the first request after its start, alone, under load, streamed or whole, and after a release and restore, on ONNX
+Runtime (what ``TTS_BACKEND=auto`` serves on every CPU class on record). Under OpenVINO (``TTS_BACKEND=openvino``, or
+where a local tuning picks it) the check that depends on the engine runs too: the same bytes under load, where its
+streams interleave. The others check the pool's and the chunker's code, the same whatever runs the model, and run
+once (`ABOVE_THE_RUNTIME`); OpenVINO's restore is checked in tests/lifecycle. One engine serves an instance from its
+first request to its last: nothing in front of it while it loads.
 
 The server runs the shipped defaults but for the backend: nothing is turned off to make the answer stable. Chunk
 boundaries depend on the text alone (tests/app/test_chunks.py tests that fast, on a fake runtime); this is the real
@@ -74,23 +76,21 @@ def alone(server: LiveServer) -> bytes:
     return audio
 
 
-def above_the_runtime(server: LiveServer) -> None:
-    """What the test checks is the pool's and the chunker's, the same code whatever runs the model: checked on ONNX
-    Runtime's server alone, which keeps the suite's time for the states each runtime must give the same bytes in."""
-    if info(server)["active_backend"] != SPEECH_BACKEND:
-        pytest.skip(f"above the runtime: checked on {SPEECH_BACKEND}")
+ABOVE_THE_RUNTIME = pytest.mark.parametrize("server", [SPEECH_BACKEND], indirect=True)
+"""What the test checks is the pool's and the chunker's, the same code whatever runs the model: run on ONNX Runtime's
+server alone, which keeps the suite's time for what each runtime must give the same bytes in."""
 
 
+@ABOVE_THE_RUNTIME
 def test_the_request_is_cut_into_several_chunks(server: LiveServer, alone: bytes) -> None:
-    above_the_runtime(server)
     before = info(server)["pool"]["granted"]  # type: ignore[index]
     assert speak(server) == alone
     after = info(server)["pool"]["granted"]  # type: ignore[index]
     assert after["later"] - before["later"] >= 2  # type: ignore[index]
 
 
+@ABOVE_THE_RUNTIME
 def test_streamed_and_whole_give_the_same_bytes(server: LiveServer, alone: bytes) -> None:
-    above_the_runtime(server)
     assert speak(server, stream=False) == alone
 
 
@@ -111,10 +111,10 @@ def test_under_load_the_same_request_gives_the_same_bytes(server: LiveServer, al
     assert whole == [alone]
 
 
+@ABOVE_THE_RUNTIME
 def test_admission_counts_the_listeners_the_pace_plays_in_real_time(server: LiveServer, alone: bytes) -> None:
     """The pace (`app.tune.speed`) from the served form's tuning figures, or the slowest class on record's; with
     ``TTS_MAX_REQUESTS`` the admitted count is that, the listeners the same."""
-    above_the_runtime(server)
     found = info(server)
     pool, pace = found["pool"], found["pace"]
     assert pace is not None and pace["listeners"] >= 1 and pace["source"]  # type: ignore[index]
@@ -123,11 +123,9 @@ def test_admission_counts_the_listeners_the_pace_plays_in_real_time(server: Live
     assert pool["realtime_capacity"] is not None  # measured from real inferences (a figure for /metrics)
 
 
+@ABOVE_THE_RUNTIME  # OpenVINO's restore gives the same bytes in tests/lifecycle/test_release_live.py and
+# tests/lifecycle/test_inference_process.py (two OpenVINO restores here would be this module's slowest test)
 def test_after_a_release_and_restore_the_same_request_gives_the_same_bytes(server: LiveServer, alone: bytes) -> None:
-    if info(server)["active_backend"] == "openvino":
-        # Its slowest test here (two OpenVINO restores): OpenVINO's restore gives the same bytes in
-        # tests/lifecycle/test_release_live.py and tests/lifecycle/test_inference_process.py.
-        pytest.skip("OpenVINO's restore is checked in tests/lifecycle")
     warm = inference_processes(server)
     assert warm
     assert httpx.post(f"{server.url}/v1/lifecycle/release", headers=ADMIN, timeout=60).json()["released"] is True

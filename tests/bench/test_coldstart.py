@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from bench import coldstart
+from bench import coldstart, startreport
 
 
 def test_container_variants_name_an_image_and_run_it_with_podman_on_the_given_port() -> None:
@@ -38,14 +38,14 @@ def test_the_report_gives_ratios_to_the_script_and_the_script_in_the_container()
         "variants": {"local": {"settings": {}, "runs": [_run(2.0, 1.0), _run(2.4, 1.2)]},
                      "box": {"settings": {coldstart.CONTAINER: "img:tag"}, "runs": [_run(2.6, 1.4), _run(2.8, 1.5)]}},
     }
-    results["summary"] = summary = coldstart.summarize(results)
+    results["summary"] = summary = startreport.summarize(results)
     assert summary["script_first_audio_s"] == pytest.approx(2.1)
     assert summary["container_script_first_audio_s"] == pytest.approx(2.5)
     assert summary["local"]["first_audio_ratio"] == pytest.approx(2.2 / 2.1)
     assert summary["local"]["paired_ratios"] == pytest.approx([1.0, 2.4 / 2.2])
-    report = coldstart.render(results)
+    report = startreport.render(results)
     assert "The same script in the container (`img:tag`" in report and "**2.50 s**" in report
     assert "| `box` | `container=img:tag` |" in report
     assert "release cycles per server run." in report  # no wait after a release asked for: none reported
     results["run"]["released_wait_s"] = 3.0  # type: ignore[index]
-    assert "each request sent 3 s after the release's answer" in coldstart.render(results)
+    assert "each request sent 3 s after the release's answer" in startreport.render(results)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import cost
+from bench import cost, replay
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,14 +113,14 @@ def test_default_configured_memory_rounds_peak_up_to_half_gib() -> None:
 
 def test_trace_usage_by_hand() -> None:
     audio, requests = [30.0, 0.0, 0.0, 30.0], [5.0, 0.0, 0.0, 5.0]
-    always = cost.trace_usage(TINY, audio, requests, "always-on")
+    always = replay.trace_usage(TINY, audio, requests, "always-on")
     # Minutes 0 and 3: 30 s busy at 1024 MiB + 30 s warm-idle at 512; minute 1: 60 s warm-idle (quiet window);
     # minute 2: 60 s released at 102.4. Never cold-starts: the instance was already up.
     assert always.usage.life_instance_s == 240
     assert always.usage.busy_instance_s == 60
     assert always.usage.used_memory_mb_s == pytest.approx(2 * (30 * 1024 + 30 * 512) + 60 * 512 + 60 * 102.4)
     assert (always.cold_starts, always.wakes) == (0, 0)
-    zero = cost.trace_usage(TINY, audio, requests, "scale-to-zero")
+    zero = replay.trace_usage(TINY, audio, requests, "scale-to-zero")
     # Wakes at minutes 0 and 3 (5 s cold start each at warm memory); after minute 0 it stays the 60 s quiet
     # window at 512 MiB, then is gone for minute 2.
     assert zero.usage.life_instance_s == 5 + 60 + 60 + 0 + 5 + 60
@@ -132,7 +132,7 @@ def test_trace_usage_by_hand() -> None:
 
 def test_trace_usage_adds_instances_for_peaks() -> None:
     # 150 s of work in one minute needs 3 instances; 2 extra start (cold start each), then retire.
-    peak = cost.trace_usage(TINY, [150.0, 0.0], [25.0, 0.0], "always-on")
+    peak = replay.trace_usage(TINY, [150.0, 0.0], [25.0, 0.0], "always-on")
     assert (peak.max_instances, peak.cold_starts) == (3, 2)
     assert peak.usage.life_instance_s == 2 * 5 + 3 * 60 + 60
 

@@ -304,10 +304,10 @@ def test_latency_variants_start_from_the_servers_own_defaults(tmp_path: Path) ->
 
 def test_a_quick_run_given_a_tuned_dir_serves_the_tuned_choice(tmp_path: Path) -> None:
     from bench import runner
-    from bench.__main__ import _options, _parser
+    from bench.__main__ import options_of, parser
 
-    quick = _options(_parser().parse_args(["run", "--quick", "--out", str(tmp_path)]), "")
+    quick = options_of(parser().parse_args(["run", "--quick", "--out", str(tmp_path)]), "")
     assert not quick.tune and not quick.serves_tuned  # quick and untuned by default
-    given = _options(_parser().parse_args(["run", "--quick", "--tuned-dir", str(tmp_path)]), "")
-    assert given.serves_tuned and given.tuned_dir == tmp_path  # until 2026-12-03 the quick run ignored it
+    given = options_of(parser().parse_args(["run", "--quick", "--tuned-dir", str(tmp_path)]), "")
+    assert given.serves_tuned and given.tuned_dir == tmp_path  # a quick run honours it too
     assert runner.Options(out=tmp_path, cache_dir=tmp_path).serves_tuned  # a full run tunes first

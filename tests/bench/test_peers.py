@@ -25,6 +25,7 @@ from app.settings import Settings
 from app.sizing import CpuBudget
 from bench import audit, client, configs, cost, figures, load, peers, quality, runner, variant
 from bench import corpus as corpus_mod
+from bench import server as server_mod
 
 TWO = CpuBudget(host_logical=2, host_physical=2, affinity=2, quota=None)
 SIXTEEN = CpuBudget(host_logical=16, host_physical=16, affinity=16, quota=None)
@@ -179,7 +180,7 @@ def test_a_peer_starts_is_measured_and_stops_like_a_configuration(tmp_path: Path
     model.write_bytes(b"x")
     voices.write_bytes(b"x")
     config = _by_name(TWO)["fastkokoro"]
-    server = peers.server(config, installed, model=model, voices=voices, work=tmp_path / "work",
+    server = server_mod.peer_server(config, installed, model=model, voices=voices, work=tmp_path / "work",
                           log_path=tmp_path / "fk.log")
     assert server.ready_path == "/health" and server.argv == [str(installed.executable("fastkokoro"))]
     with server:

@@ -19,8 +19,8 @@ from wyoming.tts import Synthesize, SynthesizeVoice
 
 from bench import faults
 from bench.server import free_port
+from tests.app.agents.test_wyoming import exchange, pcm
 from tests.app.http.test_elevenlabs_live import sdk_audio
-from tests.app.test_wyoming import exchange, pcm
 from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
 ENGLISH = "Nothing lost to a process that died."

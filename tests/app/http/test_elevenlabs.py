@@ -8,13 +8,17 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 
-from app import utterance
+from app.agents import utterance
+from app.agents.elevenlabs import TRANSITIONS, Kind, State
+from app.agents.stream import TEXT_PER_STREAM
 from app.http.server import create_app
 from app.settings import Settings
 from tests.app.http.fake import FakeRuntime, fake_engine
@@ -31,10 +35,23 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TestClient
         yield client, engine.runtime  # type: ignore[misc]
 
 
+def receive(ws: Any, timeout_s: float = 10.0) -> Any:
+    """The next JSON message, within ``timeout_s``: TestClient's own receive waits for ever, so that a regression that
+    sends nothing would hang the suite instead of failing its test."""
+    async def within() -> Any:
+        with anyio.fail_after(timeout_s):
+            return await ws._send_rx.receive()  # private: the stream TestClient's receive reads, with no time limit
+
+    message = ws.portal.call(within)
+    if message["type"] == "websocket.close":
+        raise WebSocketDisconnect(message.get("code", 1000), message.get("reason", ""))
+    return json.loads(message["text"])
+
+
 def until_final(ws: Any, context: str | None = None) -> list[dict[str, Any]]:
     found = []
     while True:
-        found.append(ws.receive_json())
+        found.append(receive(ws))
         if found[-1].get("isFinal") and found[-1].get("contextId") == context:
             return found
 
@@ -63,9 +80,9 @@ def test_a_context_past_capacity_gets_an_error_not_a_stall(setup: tuple[TestClie
             ws.send_json({"text": "Hello there. ", "context_id": "a"})
             assert runtime.started.wait(10)
             ws.send_json({"text": "Me too. ", "context_id": "b"})
-            refused = ws.receive_json()
+            refused = receive(ws)
             assert refused["contextId"] == "b" and refused["error"] == "overloaded" and refused["message"]
-            assert ws.receive_json() == {"isFinal": True, "contextId": "b"}
+            assert receive(ws) == {"isFinal": True, "contextId": "b"}
             runtime.gate.set()
             ws.send_json({"context_id": "a", "flush": True})
             ws.send_json({"context_id": "a", "close_context": True})
@@ -81,7 +98,7 @@ def test_an_idle_socket_holds_nothing_and_its_next_text_restores(setup: tuple[Te
     monkeypatch.setattr(utterance, "GAP_S", 0.0)  # let go as soon as the queue is empty
     with client.websocket_connect("/v1/text-to-speech/af_heart/multi-stream-input", headers=KEY) as ws:
         ws.send_json({"text": "First. ", "context_id": "a"})
-        assert ws.receive_json()["audio"]
+        assert receive(ws)["audio"]
         ws.send_json({"text": "", "context_id": "a"})  # keep-alive
         deadline = time.monotonic() + 5
         while client.get("/v1/lifecycle", headers={"Authorization": "Bearer secret"}).json()["in_flight"]:
@@ -90,7 +107,7 @@ def test_an_idle_socket_holds_nothing_and_its_next_text_restores(setup: tuple[Te
         released = client.post("/v1/lifecycle/release", headers={"Authorization": "Bearer admin"}).json()
         assert released["released"] is True and released["state"] == "released"
         ws.send_json({"text": "Second. ", "context_id": "a"})
-        assert ws.receive_json()["audio"]
+        assert receive(ws)["audio"]
         assert client.get("/readyz").json()["state"] == "warm"
 
 
@@ -99,10 +116,10 @@ def test_an_idle_socket_closes_after_its_inactivity_timeout(setup: tuple[TestCli
     with client.websocket_connect("/v1/text-to-speech/af_heart/stream-input?inactivity_timeout=0.3",
                                   headers=KEY) as ws:
         ws.send_json({"text": " "})
-        message = ws.receive_json()
+        message = receive(ws)
         assert message["error"] == "input_timeout_exceeded"
         with pytest.raises(WebSocketDisconnect) as closed:
-            ws.receive_json()
+            receive(ws)
         assert closed.value.code == 1008
 
 
@@ -111,7 +128,31 @@ def test_malformed_messages_close_with_a_reason(setup: tuple[TestClient, FakeRun
     for frame, code in ((json.dumps([1, 2]), 1008), (json.dumps({"text": 5}), 1008)):
         with client.websocket_connect("/v1/text-to-speech/af_heart/stream-input", headers=KEY) as ws:
             ws.send_text(frame)
-            assert ws.receive_json()["error"] == "invalid_message"
+            assert receive(ws)["error"] == "invalid_message"
             with pytest.raises(WebSocketDisconnect) as closed:
-                ws.receive_json()
+                receive(ws)
             assert closed.value.code == code
+
+
+def test_every_state_answers_every_kind_of_message() -> None:
+    assert set(TRANSITIONS) == {(state, kind) for state in State for kind in Kind}
+
+
+def test_text_past_a_contexts_limit_ends_that_context_or_the_single_stream(tmp_path: Path) -> None:
+    settings = Settings(cache_dir=tmp_path, quiet_window_s=0, streams=1, max_input_chars=20)
+    too_much = "word " * (20 * TEXT_PER_STREAM // 5 + 1)
+    with TestClient(create_app(settings, engine=fake_engine(settings))) as client:
+        with client.websocket_connect("/v1/text-to-speech/af_heart/multi-stream-input") as ws:
+            ws.send_json({"text": too_much, "context_id": "a"})
+            refused = receive(ws)
+            assert (refused["error"], refused["contextId"]) == ("input_too_large", "a")
+            assert receive(ws) == {"isFinal": True, "contextId": "a"}
+            ws.send_json({"text": "Still here. ", "context_id": "b", "flush": True})  # the socket goes on
+            ws.send_json({"context_id": "b", "close_context": True})
+            assert any(m.get("audio") for m in until_final(ws, "b"))
+        with client.websocket_connect("/v1/text-to-speech/af_heart/stream-input") as ws:
+            ws.send_json({"text": too_much})
+            assert receive(ws)["error"] == "input_too_large"
+            with pytest.raises(WebSocketDisconnect) as closed:
+                receive(ws)
+            assert closed.value.code == 1008

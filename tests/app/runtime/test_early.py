@@ -26,6 +26,7 @@ from app.runtime.proxy import ProcessRuntime
 from app.runtime.spec import Spec
 from app.settings import Settings
 from app.sizing import PoolShape
+from tests.app.runtime.children import early_pending, only_child
 
 FAKE_CHILD = "tests.app.runtime.lingering_child"
 
@@ -48,28 +49,26 @@ def runtime(tmp_path: Path) -> ProcessRuntime:
 
 def test_the_first_child_start_adopts_the_early_process_and_the_next_starts_its_own(tmp_path: Path) -> None:
     early.start(FAKE_CHILD)
-    spawned = early.pending()
+    spawned = early_pending()
     assert spawned is not None
     served = runtime(tmp_path)
     served.load()
     try:
-        assert served.child_process is not None and served.child_started_early
-        assert served.child_process.pid == spawned.process.pid
-        assert early.pending() is None  # taken once
+        assert only_child(FAKE_CHILD) == spawned.process.pid  # the early process serves
+        assert early_pending() is None  # taken once
     finally:
         served.unload()
     assert spawned.process.returncode == 0  # told to exit, and waited for
     served.load()  # a restore: a fresh process of its own
     try:
-        assert served.child_process is not None and not served.child_started_early
-        assert served.child_process.pid != spawned.process.pid
+        assert only_child(FAKE_CHILD) != spawned.process.pid  # a process of its own serves
     finally:
         served.unload()
 
 
 def test_an_early_process_for_another_module_is_not_adopted_and_exits_at_the_end_of_its_pipe() -> None:
     early.start(early.CHILD_MODULE, ("onnxruntime",))  # the real child, importing ONNX Runtime while it waits
-    spawned = early.pending()
+    spawned = early_pending()
     assert spawned is not None
     assert early.take(FAKE_CHILD) is None
     # take() closed its pipes and reaped it: the real child read the end of its pipe instead of a Spec and
@@ -80,15 +79,14 @@ def test_an_early_process_for_another_module_is_not_adopted_and_exits_at_the_end
 
 def test_an_early_process_that_died_is_replaced_by_a_new_one(tmp_path: Path) -> None:
     early.start(FAKE_CHILD)
-    spawned = early.pending()
+    spawned = early_pending()
     assert spawned is not None
     os.kill(spawned.process.pid, signal.SIGKILL)
     spawned.process.wait()
     served = runtime(tmp_path)
     served.load()
     try:
-        assert served.child_process is not None and not served.child_started_early
-        assert served.child_process.pid != spawned.process.pid
+        assert only_child(FAKE_CHILD) != spawned.process.pid  # a process of its own serves
         assert served.intact()
     finally:
         served.unload()
@@ -96,15 +94,14 @@ def test_an_early_process_that_died_is_replaced_by_a_new_one(tmp_path: Path) -> 
 
 def test_an_early_process_that_cannot_take_its_spec_is_replaced_by_a_new_one(tmp_path: Path) -> None:
     early.start("tests.app.runtime.deaf_child")
-    spawned = early.pending()
+    spawned = early_pending()
     assert spawned is not None
     assert os.read(spawned.inbox.fileno(), 1) == b"x"  # alive, and its Spec pipe closed
     spawned.module = FAKE_CHILD  # taken by the runtime below, whose later children answer
     served = runtime(tmp_path)
     served.load()
     try:
-        assert served.child_process is not None and not served.child_started_early
-        assert served.child_process.pid != spawned.process.pid
+        assert only_child(FAKE_CHILD) != spawned.process.pid  # a process of its own serves
         assert spawned.process.returncode is not None  # closed and reaped, not left behind
         assert served.intact()
     finally:
@@ -175,7 +172,7 @@ def test_a_preload_that_failed_is_answered_as_a_failed_load(caplog: pytest.LogCa
 
 def test_a_process_sent_another_spec_is_not_adopted(tmp_path: Path) -> None:
     early.start(FAKE_CHILD)
-    spawned = early.pending()
+    spawned = early_pending()
     assert spawned is not None
     served = runtime(tmp_path)
     other = dataclasses.replace(served.spec, writable=tmp_path / "elsewhere")
@@ -183,8 +180,7 @@ def test_a_process_sent_another_spec_is_not_adopted(tmp_path: Path) -> None:
     spawned.sent = pickle.dumps(other)
     served.load()  # the fake child answers any load
     try:
-        assert served.child_process is not None and not served.child_started_early
-        assert served.child_process.pid != spawned.process.pid
+        assert only_child(FAKE_CHILD) != spawned.process.pid  # a process of its own serves
         assert spawned.process.returncode is not None  # discarded, reaped
     finally:
         served.unload()

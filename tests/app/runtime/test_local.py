@@ -99,18 +99,23 @@ def test_the_runtimes_files_leave_the_page_cache_after_a_load_and_after_inferenc
 @pytest.mark.parametrize("in_process", [False, True])
 def test_a_release_starts_the_next_inference_process_and_in_process_nothing(cache_dir: Path,
                                                                            in_process: bool) -> None:
-    from app.runtime.proxy import ProcessRuntime
     from app.services import build_engine
     from app.sizing import read_budget
+    from tests.app.runtime.children import inference_children
 
     built = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
                          Options(in_process=in_process))
     state = built.state
     try:
         assert state.runtime is built.engine.runtime and state.frontend is built.engine.frontend
+        before = [p.pid for p in inference_children()]  # started ahead of the first load, out of process
+        assert len(before) == (0 if in_process else 1)
+        state.release()
+        after = [p.pid for p in inference_children()]
         if in_process:
-            assert state.standby is None
+            assert after == []
         else:
-            assert isinstance(state.runtime, ProcessRuntime) and state.standby == state.runtime.idle_standby
+            assert len(after) == 1 and after[0] not in before  # the old one ended, the next one waits
     finally:
         state.close()
+    assert inference_children() == []

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from app.runtime.backends.base import Resolved
@@ -14,6 +15,7 @@ from app.runtime.proxy import ProcessRuntime, WorkerGone
 from app.runtime.spec import Spec
 from app.settings import Settings
 from app.sizing import PoolShape
+from tests.app.runtime.children import inference_children, only_child
 from tests.app.runtime.lingering_child import LINGER_S
 
 
@@ -23,12 +25,11 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
                                   writable=tmp_path))
     runtime.child_module = "tests.app.runtime.lingering_child"
     runtime.load()
-    child = runtime.child_process
-    assert child is not None
+    (child,) = inference_children("tests.app.runtime.lingering_child")
     with pytest.raises(WorkerGone):
         runtime.infer(0, np.zeros((1, 8), np.int64), np.zeros((1, 256), np.float32), 1.0)
     assert not runtime.intact()
-    assert child.poll() is None  # the window: its answers are over, its exit not yet reported
+    assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE  # the window: answers over, exit not yet
 
     loaded: list[Resolved] = []
     started = time.monotonic()
@@ -38,8 +39,8 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
     try:
         # Before the fix the load went to the dying process and waited for an answer that never came.
         assert loaded, "the load never returned"
-        assert runtime.child_process is not None and runtime.child_process is not child
-        assert child.poll() is not None  # waited for, not left a zombie
+        assert only_child("tests.app.runtime.lingering_child") != child.pid
+        assert not psutil.pid_exists(child.pid)  # waited for, not left a zombie
         assert runtime.intact() and runtime.loaded
         assert time.monotonic() - started < LINGER_S + 15
     finally:

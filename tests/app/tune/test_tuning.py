@@ -108,13 +108,13 @@ def test_a_manifest_for_another_budget_keeps_its_threads_and_fills_this_budget(t
 
 
 def test_the_shipped_manifests_cover_the_classes_on_record_and_name_how_they_were_made(cache_dir: Path) -> None:
-    from app.runtime.cpu import _CLASS_TIERS
+    from app.runtime.cpu import CLASS_TIERS
     from app.tune.manifest import SHIPPED
 
     shipped = [Manifest.from_json(json.loads(p.read_text())) for p in sorted((SHIPPED / DIRECTORY).glob("*.json"))]
     classes = {m.key.cpu_class for m in shipped}
     assert {"intel-amx", "amd-avx512-bf16", "amd-avx2"} <= classes
-    tiers = {name for name, _ in _CLASS_TIERS}
+    tiers = {name for name, _ in CLASS_TIERS}
     for m in shipped:
         assert m.key.cpu_class.split("-", 1)[1] in tiers and m.made and m.command.startswith("python -m app tune")
         assert m.key.model_sha256 == served_sha256(cache_dir)  # the embedded model's timed copy, as served

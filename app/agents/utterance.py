@@ -1,7 +1,7 @@
 """Streamed text spoken through the same engine, pool and lifecycle as a request: what the voice-agent protocols share.
 
-A voice agent's socket (`app.http.elevenlabs`, `app.wyoming`) cuts the text it receives into segments
-(`app.text.stream.TextStream`) and queues them; `speak` says them in order. It holds nothing while the queue is
+A voice agent's socket (`app.http.elevenlabs`, `app.agents.wyoming`) cuts the text it receives into segments
+(`app.agents.stream.TextStream`) and queues them; `speak` says them in order. It holds nothing while the queue is
 empty, so an idle socket neither takes an admission place nor keeps the instance warm (the lifecycle's quiet window
 counts speech in flight, not open sockets). When a segment comes it is admitted like a request (`Overloaded` at once
 past capacity, never a silent wait), holds the state warm (restoring it if it was released) and keeps one playback
@@ -47,7 +47,7 @@ is busy: the listener would stall mid-reply)."""
 class Segment:
     text: str
     index: int
-    """Its place in the utterance (`app.text.stream.TextStream.index` before it): 0 is the first."""
+    """Its place in the utterance (`app.agents.stream.TextStream.index` before it): 0 is the first."""
 
 
 Emit = Callable[[Segment, Spoken, int], Awaitable[None]]

@@ -3,17 +3,19 @@ is split into pieces."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.text.stream import CLAUSE_AFTER, MAX_SEGMENT, TextStream
+from app.agents.stream import CLAUSE_AFTER, MAX_SEGMENT, TEXT_PER_STREAM, TextStream
+from app.errors import InputTooLarge
 
 REPLY = ("Sure, I can help with that. Your order shipped on Monday; it should arrive by Thursday! "
          "Is there anything else — a return, perhaps? Version 3.5 is out.")
 
 
 def segments(pieces: list[str], flush: bool = True) -> list[tuple[str, int]]:
-    stream = TextStream()
+    stream = TextStream(4096)
     out: list[tuple[str, int]] = []
     for piece in pieces:
         start = stream.index
@@ -32,7 +34,7 @@ def test_two_clauses_then_sentences() -> None:
 
 
 def test_a_boundary_needs_the_space_after_it() -> None:
-    stream = TextStream()
+    stream = TextStream(4096)
     assert stream.feed("Version 3.") == []
     assert stream.feed("5 is out, ") == ["Version 3.5 is out,"]
     assert stream.feed("friends.") == []
@@ -56,8 +58,18 @@ def test_a_sentence_that_runs_on_is_cut_at_a_clause_then_at_a_space() -> None:
 
 
 def test_a_flush_starts_a_new_utterance() -> None:
-    stream = TextStream()
+    stream = TextStream(4096)
     assert stream.feed("One, two. Three ") == ["One,", "two."]
     assert stream.index == 2
     assert stream.flush() == ["Three"] and stream.index == 0
     assert stream.feed("Four, ") == ["Four,"]
+
+
+def test_a_stream_refuses_text_past_its_limit_and_keeps_what_came_before() -> None:
+    stream = TextStream(10)
+    assert stream.limit == 10 * TEXT_PER_STREAM
+    stream.feed("a" * (stream.limit - 5))
+    with pytest.raises(InputTooLarge):
+        stream.feed("Hello there. ")
+    assert stream.feed("Hi. ") == ["a" * (stream.limit - 5) + "Hi."]  # within the limit: taken, the refused not
+    assert stream.received == stream.limit - 1

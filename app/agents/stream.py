@@ -11,12 +11,16 @@ The first two segments of an utterance (at the start, and after each flush) end 
 sentence, so its audio starts as soon as the first clause is written. Later segments end at sentence ends: the
 text runs ahead of speech, and a longer segment costs less per audio-second (each inference pays a fixed part).
 A sentence that runs on is cut at a clause once it holds `CLAUSE_AFTER` characters, and at a space (or hard) at
-`MAX_SEGMENT`, so the buffer never grows without bound.
+`MAX_SEGMENT`, so the buffer never grows without bound; and a stream takes at most `TEXT_PER_STREAM` times
+``TTS_MAX_INPUT_CHARS`` in all, the bound every voice-agent protocol puts on streamed text as HTTP puts
+``TTS_MAX_INPUT_CHARS`` on one request.
 """
 
 from __future__ import annotations
 
 import re
+
+from app.errors import InputTooLarge
 
 CLAUSE_SEGMENTS = 2
 """Segments of an utterance that end at their first clause mark: the first, so that speech starts, and the second, so
@@ -26,6 +30,8 @@ CLAUSE_AFTER = 200
 """Characters after which a later segment ends at a clause mark rather than wait for the sentence's end."""
 MAX_SEGMENT = 400
 """Characters after which a segment is cut with no boundary: at its last space, else hard."""
+TEXT_PER_STREAM = 16
+"""A stream takes at most this many times ``TTS_MAX_INPUT_CHARS`` of text in all: a long reply, never a flood."""
 
 _SENTENCE = re.compile(r"[.!?…]+[\"'”’)\]]*\s")
 _CLAUSE = re.compile(r"[,;:—]+[\"'”’)\]]*\s")
@@ -36,20 +42,25 @@ class TextStream:
 
     `feed` adds a piece and returns the segments it completed; `flush` returns the rest (the client asked for it
     now, or the input ended) and starts a new utterance. ``index`` counts the segments handed out since the last
-    flush: 0 is the utterance's first (which the caller may synthesize with a smaller first chunk).
+    flush: 0 is the utterance's first (which the caller may synthesize with a smaller first chunk). ``max_input_chars``
+    (the server's ``TTS_MAX_INPUT_CHARS``) bounds the text fed in all, flushes included, at `TEXT_PER_STREAM` times it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_input_chars: int) -> None:
         self._buffer = ""
         self.index = 0
         """Segments handed out since the start or the last flush."""
-
-    @property
-    def pending(self) -> int:
-        """Characters buffered and not yet handed out."""
-        return len(self._buffer)
+        self.limit = max_input_chars * TEXT_PER_STREAM
+        """Characters the stream takes in all."""
+        self.received = 0
+        """Characters fed so far."""
 
     def feed(self, piece: str) -> list[str]:
+        """The segments ``piece`` completes. Raises `InputTooLarge` (and keeps nothing of ``piece``) where it would take
+        the stream past its limit."""
+        if self.received + len(piece) > self.limit:
+            raise InputTooLarge(f"a stream takes at most {self.limit} characters of text")
+        self.received += len(piece)
         self._buffer += piece
         out = []
         while (cut := self._cut()) is not None:

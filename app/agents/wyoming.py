@@ -3,12 +3,16 @@
 Events: ``describe`` -> ``info`` (one TTS program, every voice with its language); ``synthesize {text, voice}`` ->
 ``audio-start``, ``audio-chunk``s (16-bit mono PCM at 24 kHz), ``audio-stop``; streaming (Wyoming 1.7 on):
 ``synthesize-start {voice}``, ``synthesize-chunk {text}`` (pieces may break mid-word), ``synthesize-stop`` ->
-``audio-start`` / ``audio-chunk`` / ``audio-stop`` for each segment as it is ready (`app.text.stream`), then
-``synthesize-stopped``. Home Assistant sends a plain ``synthesize`` with the whole text too, inside a stream, for
-servers that do not stream: it is ignored there, as wyoming-piper does. Any other event is answered as handled (a
-bridge that refused unknown events broke on Home Assistant 2025.8). Errors go back as Wyoming ``error`` events.
+``audio-start`` / ``audio-chunk`` / ``audio-stop`` for each segment as it is ready (`app.agents.stream`), then
+``synthesize-stopped``. Streamed text is bounded as the sockets' is (`app.agents.stream.TEXT_PER_STREAM`): past it the
+stream's speech stops, an ``error`` is sent, and its later chunks are dropped until its ``synthesize-stop``. A new
+``synthesize-start`` ends the stream before it as a barge-in: its unspoken text is dropped, an open audio stream is
+stopped, and no more of its audio is sent. Home Assistant sends a plain ``synthesize`` with the whole text too,
+inside a stream, for servers that do not stream: it is ignored there, as wyoming-piper does. Any other event is
+answered as handled (a bridge that refused unknown events broke on Home Assistant 2025.8). Errors go back as Wyoming
+``error`` events.
 
-Speech goes through `app.utterance.speak`: the same admission, warm hold and schedule as HTTP and the sockets.
+Speech goes through `app.agents.utterance.speak`: the same admission, warm hold and schedule as HTTP and the sockets.
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncEventHandler, AsyncTcpServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped, SynthesizeVoice
 
+from app.agents.stream import TextStream
+from app.agents.utterance import Segment, speak
 from app.audio import SAMPLE_RATE, to_int16
 from app.engine import Spoken
 from app.errors import InputTooLarge, ServiceError
 from app.served import default_voice
 from app.services import Services
 from app.text import languages
-from app.text.stream import TextStream
-from app.utterance import Segment, speak
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +71,29 @@ class Handler(AsyncEventHandler):
         self._queue: asyncio.Queue[Segment | None] = asyncio.Queue()
         self._speaking: asyncio.Task[None] | None = None
         self._segment: Segment | None = None
+        self._refused = False
+        """The stream went past its limit: its chunks are dropped until its stop."""
 
     async def handle_event(self, event: Event) -> bool:
         if Describe.is_type(event.type):
             await self.write_event(info(self.svc).event())
         elif SynthesizeStart.is_type(event.type):
+            await self._stop_speaking()  # a barge-in: the stream before, if any, ends here
             voice = self._voice(SynthesizeStart.from_event(event).voice)
-            self._stream, self._queue, self._segment = TextStream(), asyncio.Queue(), None
+            self._stream = TextStream(self.svc.settings.max_input_chars)
+            self._queue, self._segment, self._refused = asyncio.Queue(), None, False
             self._speaking = asyncio.create_task(self._speak(voice))
-        elif SynthesizeChunk.is_type(event.type) and self._stream is not None:
-            self._put(self._stream, SynthesizeChunk.from_event(event).text)
+        elif SynthesizeChunk.is_type(event.type) and self._stream is not None and not self._refused:
+            try:
+                self._put(self._stream, SynthesizeChunk.from_event(event).text)
+            except InputTooLarge as exc:
+                self._refused = True
+                await self._stop_speaking()
+                await self._error(exc)
         elif SynthesizeStop.is_type(event.type) and self._stream is not None:
-            self._put(self._stream, "", flush=True)
-            self._queue.put_nowait(None)
+            if not self._refused:
+                self._put(self._stream, "", flush=True)
+                self._queue.put_nowait(None)
             self._stream = None
             if self._speaking is not None:
                 await self._speaking
@@ -91,6 +105,14 @@ class Handler(AsyncEventHandler):
     async def disconnect(self) -> None:
         if self._speaking is not None:
             self._speaking.cancel()
+
+    async def _stop_speaking(self) -> None:
+        """Cancel the speech under way, if any, and wait until it has ended (a running inference finishes its chunk
+        first, the pool's contract; `_speak` closes an open audio stream), so that nothing of it follows."""
+        task, self._speaking = self._speaking, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
 
     def _put(self, stream: TextStream, text: str, *, flush: bool = False) -> None:
         start = stream.index
@@ -137,6 +159,8 @@ class Handler(AsyncEventHandler):
                 await self.write_event(AudioStop().event())
 
     async def _emit(self, segment: Segment, spoken: Spoken, offset: int) -> None:
+        if asyncio.current_task() is not self._speaking:
+            return  # a stream ended by a new one: its running chunk may finish before the cancel lands; none of it goes
         if segment is not self._segment:
             if self._segment is not None:
                 await self.write_event(AudioStop().event())
