@@ -197,7 +197,7 @@ def _checks(results: Mapping[str, Any]) -> str:
 
 
 def _cost(derived: Mapping[str, Any], audits: Mapping[str, str]) -> str:
-    table = derived.get("cost", {})
+    costs = derived.get("cost", {})
     parts = [
         "Two billing models, side by side: **metered** bills the memory used (the cgroup's figure, page cache "
         "included) for the instance's whole life; **configured** bills the configured memory size (Cloud Run "
@@ -209,7 +209,7 @@ def _cost(derived: Mapping[str, Any], audits: Mapping[str, str]) -> str:
     for preset in PRESETS:
         rates = cost_mod.PRESETS[preset].rates
         rows = []
-        for name, row in table.get(preset, {}).items():
+        for name, row in costs.get(preset, {}).items():
             rows.append([f"`{name}`", *[usd(row[m]["per_audio_hour"]) for m in MEMORY_MODELS],
                          *[usd(row[m]["day_total"]) for m in MEMORY_MODELS],
                          *[usd(row[m].get("day_total_scale_to_zero")) for m in MEMORY_MODELS],

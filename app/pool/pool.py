@@ -12,8 +12,7 @@ from typing import TypeVar
 import anyio
 import anyio.to_thread
 
-from app.pool import admission
-from app.pool.admission import Admission, Ticket
+from app.pool.admission import CURRENT, Admission, Ticket
 from app.pool.playback import Playback
 from app.pool.schedule import Deadlines, Schedule
 from app.pool.throughput import Throughput
@@ -114,7 +113,7 @@ class StreamPool:
     def playback(self) -> Iterator[Playback]:
         """One request's playback clock, for as long as it synthesizes."""
         clock = Playback(next(self._orders), self._deadlines, on_start=self.admission.start_playing)
-        ticket = admission.CURRENT.get()
+        ticket = CURRENT.get()
         if ticket is not None:
             ticket.ended = False  # a request asked again (`app.retry`) synthesizes again
         try:
@@ -136,7 +135,7 @@ class StreamPool:
         first = playback is None or playback.started is None
         order = playback.order if playback is not None else next(self._orders)
         due = playback.due(tokens) if playback is not None else self._clock()
-        ticket = admission.CURRENT.get()
+        ticket = CURRENT.get()
         # A first chunk waits for a listener's place (admission's hold) where it is an admitted request's first.
         waits = ticket is not None and not ticket.started
         wide = self.wide_slot is not None and (first or self.wide_plan)

@@ -1,12 +1,11 @@
 """ONNX Runtime: the reference backend for output checks.
 
-Sized: one session per stream, each with its own intra-op pool of T threads and no spinning,
-so streams never share a thread pool; beside them, where there are several streams, one **wide** session on all of
-their threads (slot ``streams``), which the pool gives a chunk while the other streams idle (`app.pool.schedule`):
-a lone request then uses every core. Its audio is the streams' bit for bit (the thread count splits each kernel's
-output, not its sums: tests/app/runtime/test_wide.py checks), and opened from the saved graph it maps the same
-packed weights, so it costs a session's heap, not another copy of the model. Runtime defaults (benchmark
-baseline): one session with ONNX Runtime's default threading, shared by all slots (``run`` is thread-safe).
+Sized: one session per stream, each with its own intra-op pool of T threads and no spinning; beside them, where there
+are several streams, one **wide** session on all their threads (slot ``streams``), which the pool gives a chunk while
+the others idle (`app.pool.schedule`): a lone request uses every core. Its audio is the streams' bit for bit (the
+thread count splits each kernel's output, not its sums: tests/app/runtime/test_wide.py), and it maps the saved graph's
+packed weights, so it costs a session's heap. Runtime defaults (benchmark baseline): one session with ONNX Runtime's
+default threading, shared by all slots (``run`` is thread-safe).
 
 With ``optimized_dir`` the graph ONNX Runtime optimizes at the first open is saved there and later opens load it
 with optimization off: about half the time, and bit-identical audio (checked in
@@ -97,8 +96,8 @@ class OnnxRuntimeBackend:
                 opener = ThreadPoolExecutor(1, thread_name_prefix="ort-open")
                 self._wide = opener.submit(self._sized_session, ort, self._shape.threads)
                 opener.shutdown(wait=False)
-        # A timed model (app.forms.timed) has the durations as its second output.
-        # Read from a session already open (the held wide one at a restore): a stream's may still be opening.
+        # A timed model (app.forms.timed) has the durations as its second output; read from a session already open (the
+        # held wide one at a restore: a stream's may still be opening).
         opened = self._wide if self._wide is not None and not isinstance(self._wide, Future) else self._session(0)
         names = [o.name for o in opened.get_outputs()]
         self._outputs = ["audio", *[n for n in names if timed.is_duration_output(n)][:1]]

@@ -27,7 +27,8 @@ tests stream both through each encoder."""
 
 @pytest.fixture(scope="module")
 def client(cache_dir: Path) -> Iterator[TestClient]:
-    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0, backend=SPEECH_BACKEND)
+    settings = Settings(cache_dir=cache_dir, max_input_chars=600, quiet_window_s=0, backend=SPEECH_BACKEND,
+                        max_requests=4)  # two side by side whatever this CPU plays in real time
     with TestClient(create_app(settings)) as c:
         yield c
 
