@@ -66,8 +66,7 @@ class OnnxRuntimeBackend:
         self._opened: Path | None = None
         """The saved graph the sessions were opened from, when one was."""
         self._sessions: list[Any] = []
-        self._wide: Any = None
-        """The wide session (module docstring), or a `Future` of it while it opens; None where there is none."""
+        self._wide: Any = None  # the wide session (module docstring), or its Future while it opens
         self._held: list[Any] = []
         self._running: Counter[int] = Counter()
         """Inferences running per session (by id): which open session a slot still opening may borrow."""
@@ -117,8 +116,7 @@ class OnnxRuntimeBackend:
     @property
     def wide_open(self) -> bool:
         """Whether the wide session has opened (until then its slot borrows an idle stream's session)."""
-        wide = self._wide
-        return wide is not None and (not isinstance(wide, Future) or wide.done())
+        return self._wide is not None and (not isinstance(self._wide, Future) or self._wide.done())
 
     def hold(self) -> None:
         """Open one session now, ahead of the next load: a process waiting released for a restore
