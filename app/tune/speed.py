@@ -99,19 +99,17 @@ def _rate(rows: list[dict[str, Any]], threads: int, streams: int = 0) -> float |
 
 def slowest(shape: PoolShape, *, wide: bool, directory: Path = SHIPPED / DIRECTORY) -> Speed:
     """The slowest class on record: the shipped manifest whose ONNX Runtime ``fused`` form makes the least audio per
-    CPU-second (the portable default's form), at ``shape``; a fixed guess where none has the rows."""
-    found: list[Speed] = []
-    for path in sorted(directory.glob("*.json")):
-        table = json.loads(path.read_text()).get("table", [])
-        speed = speed_for(table, "onnxruntime", "f32", "fused", shape, wide=wide,
-                          source=f"the slowest class on record ({path.name})")
-        if speed is not None:
-            found.append(speed)
-    if found:
+    CPU-second (the portable default's form), at ``shape``; a guess per thread where none has the rows."""
+    tables = [(path.name, json.loads(path.read_text()).get("table", [])) for path in sorted(directory.glob("*.json"))]
+
+    def at(where: PoolShape, with_wide: bool) -> list[Speed]:
+        found = (speed_for(table, "onnxruntime", "f32", "fused", where, wide=with_wide,
+                           source=f"the slowest class on record ({name})") for name, table in tables)
+        return [speed for speed in found if speed is not None]
+
+    if found := at(shape, wide):
         return min(found, key=lambda s: s.stream)
-    # No row for this shape anywhere: one thread's worth of the slowest 1-thread figure on record, per thread.
-    per_thread = min((s.stream for s in (speed_for(json.loads(p.read_text()).get("table", []), "onnxruntime", "f32",
-                      "fused", PoolShape(1, 1), wide=False, source="") for p in directory.glob("*.json")) if s),
-                     default=1.2)
+    # No row for this shape anywhere: the slowest 1-thread figure on record, per thread.
+    per_thread = min((s.stream for s in at(PoolShape(1, 1), False)), default=1.2)
     return Speed(per_thread * shape.threads_per_stream, per_thread * math.sqrt(shape.threads) if wide else None,
                  "a guess from the slowest class on record, per thread")
