@@ -108,13 +108,15 @@ class Engine:
              first_max: int = chunker.FIRST_CHUNK_TOKENS, normalization: Normalization = DEFAULT) -> Plan:
         """Validate and prepare; blocking (G2P), so call it from a worker thread. ``lang`` overrides the voice's
         language (`app.text.languages.parse`); ``first_max`` bounds the first chunk (a segment of streamed text
-        that follows others may start larger: `app.agents.utterance`); ``normalization``: what of English text is
+        that follows others may start larger: `app.agents.utterance`; a language may ask for more,
+        `app.text.languages.Language.first_tokens`); ``normalization``: what of English text is
         rewritten before it is read (`app.text.normalize`). The chunks depend on the text and these arguments only."""
         resolved, language = self.check(voice, speed, lang)
         if phonemes:
             phoneme_text, spoken = text, words.of_phonemes(text)
         else:
             phoneme_text, spoken = self.frontend.phonemize_words(text, language.key, normalization)
+        first_max = max(first_max, language.first_tokens)
         chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max, rate=self.rate))
         if not any(self.vocab.ids(c) for c in chunks):
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")

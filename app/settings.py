@@ -94,9 +94,6 @@ class Settings:
     quiet_window_s: float = 45.0
     """Seconds without a request in flight before the model's memory is released (the next request restores it);
     0 never releases. Raise it where restores are too frequent, lower it where idle memory is billed."""
-    recovery_attempts: int = 5
-    """Failed loads or restores in a row after which ``/healthz`` answers 503, so the platform restarts the
-    container (the retries go on meanwhile); 0 keeps ``/healthz`` at 200 however many fail."""
     shutdown_grace_s: float = 10.0
     """Seconds in-flight streams get to finish after SIGTERM before they are cut; 0 cuts them at once. Keep it
     below the platform's kill delay (Cloud Run: 10 s)."""
@@ -143,7 +140,6 @@ class Settings:
             ("quiet_window_s", self.quiet_window_s >= 0, "0 (off) or more"),
             ("shutdown_grace_s", self.shutdown_grace_s >= 0, "0 or more"),
             ("send_timeout_s", self.send_timeout_s >= 0, "0 (off) or more"),
-            ("recovery_attempts", self.recovery_attempts >= 0, "0 (off) or more"),
             ("log_level", self.log_level.upper() in LOG_LEVELS, f"one of {', '.join(LOG_LEVELS).lower()}"),
             ("model_sha256", self.model_sha256 == "" or _is_sha256(self.model_sha256), "64 hex digits or empty"),
         ]
@@ -236,7 +232,9 @@ REMOVED: dict[str, str] = {
         ("TUNE_MEMORY_PRICE", "pass `python -m app tune --memory-price`"),
         ("MALLOC_ARENAS", "a constant of the processes' allocator (lifecycle/trim.py)"),
         ("MALLOC_MMAP_THRESHOLD_KB", "a constant of the processes' allocator (lifecycle/trim.py)"),
-        ("RECOVERY_BACKOFF_S", "a constant of the lifecycle (lifecycle/manager.py); TTS_RECOVERY_ATTEMPTS stays"),
+        ("RECOVERY_BACKOFF_S", "a constant of the lifecycle (lifecycle/manager.py)"),
+        ("RECOVERY_ATTEMPTS", "a constant of the lifecycle (lifecycle/manager.py): liveness fails after 5 failed "
+                              "loads or restores in a row"),
         ("QUEUE_SIZE", "admission counts listeners in real time now; TTS_MAX_REQUESTS fixes the most admitted at once"),
     ]
 }
@@ -250,7 +248,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
                            "streams", "threads_per_stream")),
     ("Voices and text", ("voices_path", "default_voice", "voice_aliases", "lang")),
     ("Requests", ("max_requests", "max_input_chars", "send_timeout_s")),
-    ("Lifecycle", ("quiet_window_s", "recovery_attempts", "shutdown_grace_s")),
+    ("Lifecycle", ("quiet_window_s", "shutdown_grace_s")),
     ("Operations", ("log_level", "web")),
 )
 """The settings page's sections, in order; every field is in exactly one."""

@@ -29,9 +29,11 @@ import json
 import logging
 import queue
 import resource
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,6 +218,35 @@ def read(out: Path) -> tuple[dict[str, Any], dict[str, npt.NDArray[np.float32]]]
     with np.load(out.with_suffix(".npz")) as archive:
         audio = {key: np.asarray(archive[key], dtype=np.float32) for key in archive.files}
     return outcome, audio
+
+
+def launch(jobs: Sequence[Job], out_dir: Path, log_dir: Path,
+           progress: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Run ``jobs`` one after another in one fresh process (the runner's side of `main`); each job's outcome as
+    JSON, or ``{"name", "error"}``. The audio stays in ``out_dir`` for the output checks."""
+    if not jobs:
+        return {}
+    progress(f"    in process: {', '.join(j.name for j in jobs)}")
+    jobs_file = out_dir / f"jobs-{jobs[0].name}.json"
+    jobs_file.write_text(json.dumps([j.as_json() for j in jobs], indent=1))
+    log_path = log_dir / f"inprocess-{jobs[0].name}.log"
+    with open(log_path, "wb") as sink:
+        subprocess.run(argv(jobs_file, out_dir), stdout=sink, stderr=subprocess.STDOUT, check=False)
+    found: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        error = out_dir / f"{job.name}.error"
+        if error.is_file() or not (out_dir / f"{job.name}.json").is_file():
+            text = error.read_text().strip() if error.is_file() else f"no output; see {log_path}"
+            progress(f"    in process: {job.name} FAILED: {text}")
+            found[job.name] = {"name": job.name, "error": text}
+            continue
+        outcome, _ = read(out_dir / job.name)
+        progress(f"    in process: {job.name} ({job.backend}, "
+                 f"{'runtime defaults' if job.runtime_defaults else f'{job.streams}x{job.threads_per_stream}'}"
+                 f", {job.concurrency} threads): {outcome['efficiency']:.2f} audio-s per CPU-s, "
+                 f"{outcome['audio_s']:.0f} audio-s")
+        found[job.name] = outcome
+    return found
 
 
 def main(args: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """The benchmark run: every configuration through the same phases, then checks, figures, cost and the report.
 
 Per configuration, in order (one server process, in its own memory cgroup, page cache of the model files
-dropped before it starts so it pays for its own reads):
+dropped before it starts so it pays for its own reads; the phases on a running server are `bench.phases`):
 
 1. **Start**: spawn to first audio of the shortest corpus request (a process cold start).
 2. **Load**: closed-loop clients at each client count (`bench.load`, a separate process): ramp, then a
@@ -40,10 +40,10 @@ from app.sizing import read_budget
 from app.tune.manifest import DIRECTORY as TUNING_DIRECTORY
 from app.tune.manifest import Manifest
 from app.voices import EMBEDDED as VOICES
-from bench import client, inprocess, load, machine, outputchecks, peers, variant
+from bench import client, inprocess, machine, outputchecks, peers, phases, variant
 from bench import corpus as corpus_mod
 from bench.configs import ServerConfig, all_configs, parse_pool, select
-from bench.meter import MB, Reading, Sampler, files_under
+from bench.meter import files_under
 from bench.outputs import rerender as rerender
 from bench.outputs import write_outputs
 from bench.runoptions import ONE_BY_ONE, REFERENCE, RERUN
@@ -60,16 +60,6 @@ CEILING_CONCURRENCY = 4
 def _progress(started: float, message: str) -> None:
     # The CLI's progress lines: a long run must show where it is.
     print(f"[{time.monotonic() - started:7.1f} s] {message}", file=sys.stderr, flush=True)
-
-
-def _mb(value: float | int | None) -> float | None:
-    return None if value is None else value / MB
-
-
-def _reading(r: Reading, t0: float) -> dict[str, Any]:
-    return {"t": round(r.t - t0, 2), "billable_mb": _mb(r.billable), "cgroup_mb": _mb(r.cgroup),
-            "uncharged_file_mb": _mb(r.uncharged_file), "anon_mb": _mb(r.anon), "file_mb": _mb(r.file),
-            "mapped_mb": _mb(r.mapped), "rss_mb": _mb(r.rss)}
 
 
 class Run:
@@ -97,6 +87,7 @@ class Run:
         self.configs = select(every, options.configs) if options.configs else [
             c for c in every if c.kind not in ("foreign", "peer")]
         self.short = self.corpus.shortest()
+        self.context = phases.Context(options, self.short, self.takes_dir, self.admin_token, self.progress)
         self.model = Path()
         self.results: dict[str, Any] = {}
 
@@ -219,7 +210,7 @@ class Run:
         reference = next(c for c in self.configs if c.name == REFERENCE)
         plan[REFERENCE] = [self._job(REFERENCE, reference), self._job(RERUN, reference)]
         # Hosts are measured before the complete system; the foreign instance and the peers run no in-process job
-        # (they are checked on what they serve: `_checks`).
+        # (they are checked on what they serve: `bench.outputchecks`).
         hosts = [c for c in self.configs if c.kind not in ("complete", "foreign", "peer")]
         if self.o.ceiling_1x1:
             one = ServerConfig(ONE_BY_ONE, "OpenVINO 1 stream x 1 thread", "openvino", "sized", 1, 1)
@@ -236,33 +227,9 @@ class Run:
                 plan.setdefault(config.name, []).append(self._job(config.name, config))
         return plan
 
-    def _run_jobs(self, jobs: Sequence[inprocess.Job]) -> dict[str, dict[str, Any]]:
-        """Run ``jobs`` one after another in one fresh process; each job's outcome, or its error."""
-        if not jobs:
-            return {}
-        names = ", ".join(j.name for j in jobs)
-        self.progress(f"    in process: {names}")
-        jobs_file = self.audio_dir / f"jobs-{jobs[0].name}.json"
-        jobs_file.write_text(json.dumps([j.as_json() for j in jobs], indent=1))
-        log_path = self.logs / f"inprocess-{jobs[0].name}.log"
-        with open(log_path, "wb") as sink:
-            subprocess.run(inprocess.argv(jobs_file, self.audio_dir), stdout=sink, stderr=subprocess.STDOUT,
-                           check=False)
-        found: dict[str, dict[str, Any]] = {}
-        for job in jobs:
-            error = self.audio_dir / f"{job.name}.error"
-            if error.is_file() or not (self.audio_dir / f"{job.name}.json").is_file():
-                text = error.read_text().strip() if error.is_file() else f"no output; see {log_path}"
-                self.progress(f"    in process: {job.name} FAILED: {text}")
-                found[job.name] = {"name": job.name, "error": text}
-                continue
-            outcome, _ = inprocess.read(self.audio_dir / job.name)
-            self.progress(f"    in process: {job.name} ({job.backend}, "
-                          f"{'runtime defaults' if job.runtime_defaults else f'{job.streams}x{job.threads_per_stream}'}"
-                          f", {job.concurrency} threads): {outcome['efficiency']:.2f} audio-s per CPU-s, "
-                          f"{outcome['audio_s']:.0f} audio-s")
-            found[job.name] = outcome
-        return found
+    def _run_jobs(self, jobs: Sequence[inprocess.Job]) -> None:
+        """Run ``jobs`` in one fresh process; each job's outcome, or its error, goes into the results."""
+        self.results["inprocess"].update(inprocess.launch(jobs, self.audio_dir, self.logs, self.progress))
 
     # --- one configuration ------------------------------------------------------------------------
 
@@ -296,135 +263,29 @@ class Run:
         try:
             server.start()
             record["memory_source"] = server.meter.source
-            record["start"] = self._first_request(server)
+            record["start"] = phases.first_request(server, self.short)
             self.progress(f"    cold start to first audio {record['start']['cold_start_s']:.2f} s "
                           f"(ready {record['start']['ready_s']:.2f} s)")
             record["info"] = {} if config.peer else client.get_json(server.url, "/v1/info")
-            record["levels"] = [self._level(server, config, clients) for clients in self.o.clients]
+            record["levels"] = [phases.level(self.context, server, config, clients) for clients in self.o.clients]
             record["memory_load"] = [lv.pop("_memory") for lv in record["levels"]]
-            record["idle"] = self._idle(server, config, jobs, record)
+            record["idle"] = phases.idle(self.context, server, config, lambda: self._run_jobs(jobs),
+                                         ", ".join(j.name for j in jobs))
             if config.kind == "complete":
-                record["release_cycles"] = self._cycles(server)
+                record["release_cycles"] = phases.cycles(self.context, server)
         except Exception as exc:  # one configuration failing must not lose the others' figures
             log.exception("%s failed", config.name)
             record["errors"].append(f"{type(exc).__name__}: {exc}")
             self.progress(f"    {config.name} FAILED: {type(exc).__name__}: {exc}")
             missing = [job for job in jobs if job.name not in self.results["inprocess"]]
-            self.results["inprocess"].update(self._run_jobs(missing))  # the checks still need the audio
+            self._run_jobs(missing)  # the checks still need the audio
         finally:
             try:
-                record["peak_mb"] = _mb(server.meter.peak())
+                record["peak_mb"] = phases.mb(server.meter.peak())
             except (OSError, ValueError):
                 record["peak_mb"] = None
             server.stop()
         return record
-
-    def _first_request(self, server: Server) -> dict[str, Any]:
-        ready = server.wait_ready()
-        sent = time.perf_counter()
-        peer = peers.PEERS.get(server.config.name) if server.config.peer else None
-        speech = client.speak(server.url, self.short.text, self.short.voice, api=peer.api if peer else "openai")
-        return {"ready_s": ready, "cold_start_s": sent - server.spawned_at + speech.first_audio_s,
-                "first_request_first_audio_s": speech.first_audio_s, "audio_s": speech.audio_s}
-
-    def _quiesce(self, server: Server, timeout_s: float = 300.0) -> float:
-        """Wait until no request is in flight; returns the seconds waited.
-
-        Clients hang up at the end of a window, but the server finishes the chunk it is synthesizing for each of
-        them first: idle time and the next level start only once that work is done.
-        """
-        if server.config.peer:
-            return peers.quiesce(server.pid, timeout_s=timeout_s)
-        started = time.monotonic()
-        while client.get_json(server.url, "/v1/lifecycle").get("in_flight", 0) and \
-                time.monotonic() - started < timeout_s:
-            time.sleep(0.1)
-        return time.monotonic() - started
-
-    def _level(self, server: Server, config: ServerConfig, clients: int) -> dict[str, Any]:
-        o = self.o
-        self._quiesce(server)
-        path = o.out / "levels" / f"{config.name}-c{clients}.json"
-        argv = [sys.executable, "-m", "bench.load", "--url", server.url, "--pid", str(server.pid), "--clients",
-                str(clients), "--ramp-s", str(o.ramp_s), "--window-s", str(o.window_s), "--drain-s", str(o.drain_s),
-                "--corpus", str(o.corpus), "--out", str(path), "--voice", o.voice,
-                "--takes", str(self.takes_dir / f"{config.name}-c{clients}.npz")]
-        if config.peer:
-            argv += ["--api", peers.PEERS[config.name].api]
-        if o.items:
-            argv += ["--items", ",".join(o.items)]
-        self.progress(f"    {clients} clients: {o.ramp_s:g} s ramp + {o.window_s:g} s window")
-        launched = time.monotonic()
-        with Sampler(server.meter, 1.0) as sampler:
-            subprocess.run(argv, check=True, timeout=o.ramp_s + o.window_s + 300)
-            readings = sampler.stop()
-        result = load.read(path)
-        steady = [r.billable for r in readings if r.t >= launched + o.ramp_s + 1.0] or [r.billable for r in readings]
-        summary = {k: v for k, v in dataclasses.asdict(result).items() if k != "records"}
-        summary["_memory"] = {"clients": clients, "mean_mb": sum(steady) / len(steady) / MB, "max_mb": max(steady) / MB}
-        self.progress(f"    {clients} clients: {result.efficiency:.2f} audio-s per CPU-s, "
-                      f"{result.throughput:.2f} audio-s per s, first audio p50 {result.first_audio_p50:.2f} s, "
-                      f"stalls {result.stall_s_per_audio_min:.2f} s per audio-min, {result.errors} errors")
-        if not server.alive():
-            raise RuntimeError(f"the server exited during the {clients}-client level; see {server.log_path}")
-        return summary
-
-    def _idle(self, server: Server, config: ServerConfig, jobs: Sequence[inprocess.Job],
-              record: dict[str, Any]) -> dict[str, Any]:
-        o = self.o
-        interval = max(o.memory_interval_s, min(5.0, o.idle_s / 60.0))
-        self.progress(f"    idle {o.idle_s:g} s, memory every {interval:g} s"
-                      + (f", in-process jobs meanwhile: {', '.join(j.name for j in jobs)}" if jobs else ""))
-        waited = self._quiesce(server)
-        t0 = time.monotonic()
-        with Sampler(server.meter, interval) as sampler:
-            self.results["inprocess"].update(self._run_jobs(jobs))
-            time.sleep(max(0.0, t0 + o.idle_s - time.monotonic()))
-            readings = [r for r in sampler.stop() if r.t <= t0 + o.idle_s + interval / 2]
-        snapshot = {} if config.peer else client.get_json(server.url, "/v1/lifecycle")
-        series = [_reading(r, t0) for r in readings]
-        out: dict[str, Any] = {"interval_s": interval, "series": series, "lifecycle": snapshot,
-                               "waited_for_in_flight_s": waited}
-        values = [s["billable_mb"] for s in series]
-        out["mean_mb"] = sum(values) / len(values)
-        out["end_mb"] = values[-1]
-        if config.lifecycle:
-            release_at = o.quiet_window_s
-            warm = [s["billable_mb"] for s in series if s["t"] < release_at] or values[:1]
-            out["warm_idle_mb"] = sum(warm) / len(warm)
-            out["released"] = snapshot.get("state") == "released"
-        else:
-            out["warm_idle_mb"] = out["mean_mb"]
-        self.progress(f"    idle memory {out['warm_idle_mb']:.0f} MB warm, {out['end_mb']:.0f} MB at the end")
-        return out
-
-    def _cycles(self, server: Server) -> dict[str, Any]:
-        """Release, then time a short request's first audio; memory after each release from the cgroup."""
-        cycles: list[dict[str, Any]] = []
-        total = max(self.o.release_cycles, self.o.growth_cycles)
-        self.progress(f"    {total} release/restore cycles")
-        for n in range(1, total + 1):
-            state = client.get_json(server.url, "/v1/lifecycle").get("state")
-            if state != "released":
-                client.release(server.url, self.admin_token)
-                client.wait_for_state(server.url, "released")
-            time.sleep(0.2)  # the release has returned; let the reading settle
-            released = server.meter.read()
-            speech = client.speak(server.url, self.short.text, self.short.voice)
-            snapshot = client.get_json(server.url, "/v1/lifecycle")
-            cycles.append({"cycle": n, "released_mb": released.billable / MB,
-                           "released_cgroup_mb": _mb(released.cgroup),
-                           "released_uncharged_file_mb": _mb(released.uncharged_file),
-                           "released_rss_mb": _mb(released.rss),
-                           "released_file_mb": _mb(released.file), "first_audio_s": speech.first_audio_s,
-                           "restore_s": snapshot.get("last_restore_s"), "release_s": snapshot.get("last_release_s")})
-            if n % 10 == 0 or n == total:
-                self.progress(f"    cycle {n}/{total}: released {released.billable / MB:.0f} MB, "
-                              f"first audio {speech.first_audio_s:.2f} s")
-        info = client.get_json(server.url, "/v1/info")
-        return {"cycles": cycles, "first_audio_cycles": self.o.release_cycles, "growth_cycles": self.o.growth_cycles,
-                "active_backend": info.get("active_backend"),
-                "inferences_by_backend": info.get("inferences_by_backend")}
 
     # --- cold starts ------------------------------------------------------------------------------
 
@@ -442,10 +303,10 @@ class Run:
                                 label=f"cold-{n}")
                 try:
                     server.start()
-                    sample = self._first_request(server)
+                    sample = phases.first_request(server, self.short)
                     resolved = client.get_json(server.url, "/v1/info").get("resolved") or {}
                     sample["from_cache"] = resolved.get("from_cache")
-                    sample["peak_mb"] = _mb(server.meter.peak())
+                    sample["peak_mb"] = phases.mb(server.meter.peak())
                     self.progress(f"    cold start {label.replace('_', ' ')} {n}/{self.o.cold_starts}: "
                                   f"{sample['cold_start_s']:.2f} s to first audio")
                 except Exception as exc:

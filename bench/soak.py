@@ -139,7 +139,8 @@ def _ask(http: httpx.Client, url: str, body: dict[str, Any]) -> tuple[str, int, 
     return "served", received, ""
 
 
-def _inject(options: SoakOptions, server: Server, result: SoakResult, started: float, stop: threading.Event) -> None:
+def inject_faults(options: SoakOptions, server: Server, result: SoakResult, started: float,
+                  stop: threading.Event) -> None:
     """The faults, on their schedules, until ``stop``: kills in turn (`faults.KILLS`) and hostile bursts."""
     every = {"kill": options.kill_every_s, "burst": options.hostile_every_s}
     due = {name: period for name, period in every.items() if period > 0}
@@ -156,7 +157,11 @@ def _inject(options: SoakOptions, server: Server, result: SoakResult, started: f
                                      "killed": faults.kill(server.pid, modules)})
             except Exception as exc:
                 result.fault_errors.append(f"kill at {now:.0f} s: {type(exc).__name__}: {exc}")
-            due["kill"] += every["kill"]
+            # A whole period from now, even where the injector fell behind (a burst runs for seconds on this thread):
+            # missed turns are skipped, never caught up. Two kills a moment apart would kill the process the first
+            # one's retry had just started, a fault the schedule never asked for: --kill-every-s is the least time
+            # between two kills.
+            due["kill"] = time.perf_counter() - started + every["kill"]
         if now >= due.get("burst", float("inf")):
             try:
                 result.hostile += faults.burst(server.url, MAX_INPUT_CHARS, options.max_requests)
@@ -221,7 +226,8 @@ def soak_one(options: SoakOptions, shape_cache: int, progress: bool = True) -> S
                         sample(done)
 
         stop = threading.Event()
-        injector = threading.Thread(target=_inject, args=(options, server, result, started, stop), daemon=True)
+        injector = threading.Thread(target=inject_faults, args=(options, server, result, started, stop),
+                                    daemon=True)
         injector.start()
         # One client for all threads (httpx.Client is thread-safe), ``clients`` requests at a time.
         with httpx.Client(timeout=300) as http, concurrent.futures.ThreadPoolExecutor(options.clients) as pool:

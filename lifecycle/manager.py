@@ -40,6 +40,14 @@ BACKOFF_S = 2.0
 """Seconds before the first background retry of a load or restore that failed; the wait doubles after each."""
 MAX_BACKOFF_S = 60.0
 """The longest wait between background retries."""
+MAX_FAILURES = 5
+"""Loads or restores failed in a row after which the state is BROKEN and liveness fails, so the platform restarts
+the container (the retries go on meanwhile)."""
+# Why 5: with the backoff doubling from `BACKOFF_S`, the fifth failure in a row comes 2 + 4 + 8 + 16 = 30 s of waits
+# after the first. A passing fault (memory short for a moment) has that long to clear before the instance pays a
+# restart and a cold start, and one that stays broken is replaced within about a minute (those 30 s, then the
+# liveness probe's 3 failures 10 s apart in deploy/). No deployment calls for another trade, so it is a constant,
+# not a setting (TTS_RECOVERY_ATTEMPTS was removed).
 
 
 class NotReady(RuntimeError):
@@ -64,7 +72,7 @@ class Event:
 class LifecycleManager:
     def __init__(self, target: Reclaimable, *, quiet_window_s: float, meter: Meter | None = None,
                  evict_files: bool = True, on_event: Callable[[Event], None] | None = None,
-                 backoff_s: float = BACKOFF_S, max_failures: int = 5,
+                 backoff_s: float = BACKOFF_S, max_failures: int = MAX_FAILURES,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``clock``: what the quiet window is measured on (a test passes its own)."""
         self.target = target
@@ -84,7 +92,7 @@ class LifecycleManager:
         self.last_error: str | None = None
         self.backoff_s = backoff_s
         self.max_failures = max_failures
-        """Failures in a row after which the state is BROKEN; 0 never."""
+        """Failures in a row after which the state is BROKEN (`MAX_FAILURES`); 0 never (tests only)."""
         self.failures = 0
         """Loads and restores failed in a row (0 once one succeeds)."""
         self._recovery: asyncio.Task[None] | None = None

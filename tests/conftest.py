@@ -39,12 +39,13 @@ def require(available: bool, reason: str, *, provided: bool = False) -> None:
 
 SPEECH_BACKEND = "onnxruntime"
 """The backend of the real-model tests whose subject is not the runtime (HTTP, formats, streaming, captions,
-faults in the pool, overload, security): a server on ONNX Runtime is serving after about 2.6 CPU-seconds (its
-saved optimized graph opens without a compile or a warm-up), one on OpenVINO after more (the cache import, a
-warm-up inference per stream), and the code under test above the runtime is the same. It is also what
-``TTS_BACKEND=auto`` serves on every CPU class on record. OpenVINO (``TTS_BACKEND=openvino``) keeps the tests of
-what is its own: the compile cache and its faults, release and restore, the warm-up, the ahead-of-time build, the
-forms, the inference process, shape churn, and the container; determinism is tested on both."""
+faults in the pool, overload, security, release and restore, the inference process, kills and shutdown): what
+``TTS_BACKEND=auto`` serves on every CPU class on record, so these tests run the shipped default. A server on ONNX
+Runtime is also serving after about 2.6 CPU-seconds (its saved optimized graph opens without a compile or a
+warm-up), one on OpenVINO after more (the cache import, a warm-up inference per stream). OpenVINO
+(``TTS_BACKEND=openvino``) keeps the tests of what is its own: the compile cache and its faults, its warm-up and
+warm restore, the ahead-of-time build, the forms and shape churn; determinism under load is tested
+on both."""
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Probes: ``/healthz`` says the process is alive, ``/readyz`` that it can serve a request now.
 
-``/healthz`` answers 503 once the inference state could not be built ``TTS_RECOVERY_ATTEMPTS`` times in a
-row (the lifecycle is BROKEN): a restart of the container is then the platform's best remedy."""
+``/healthz`` answers 503 once the inference state could not be built `lifecycle.manager.MAX_FAILURES` (5)
+times in a row (the lifecycle is BROKEN): a restart of the container is then the platform's best remedy."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def create_app(settings: Settings, *, engine: Engine | None = None, options: Opt
                           shape_for(budget, settings.streams, settings.threads_per_stream))
         metrics = Metrics()
         manager = LifecycleManager(built.state, quiet_window_s=settings.quiet_window_s,
-                                   on_event=metrics.observe_lifecycle, max_failures=settings.recovery_attempts)
+                                   on_event=metrics.observe_lifecycle)
         metrics.watch(manager.snapshot)
         metrics.watch_pool(built.engine.pool.snapshot)
         metrics.watch_readers(lambda: built.engine.frontend.reader_retries)

@@ -26,12 +26,17 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
+import psutil
+
 from app.runtime import early, messages
 from app.runtime.local import LocalRuntime
 from app.runtime.spec import Spec, build_runtime
 from lifecycle import pagecache
 
 log = logging.getLogger("app.runtime.child")
+
+WAITING = "waiting released for the next load"
+"""Logged once a process waiting released (`messages.Shed`) has given back what it read."""
 
 
 class InferenceLoop:
@@ -71,6 +76,7 @@ class InferenceLoop:
                     self._hold()
                     pagecache.page_out_mappings()
                     pagecache.evict(pagecache.loaded_files() + self.runtime.files())
+                    log.info("%s, %.0f MB resident", WAITING, psutil.Process().memory_info().rss / 1e6)
                 case messages.ListFiles(ident=ident):
                     # The runtime's files, and every library and module this process loaded: the server
                     # evicts them from the page cache once this process has ended.

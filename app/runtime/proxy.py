@@ -130,6 +130,16 @@ class ProcessRuntime:
     # --- lifecycle (called one at a time) ----------------------------------------------------
 
     def load(self) -> Resolved:
+        """Load in the inference process, starting one when none runs. A process that ends during the load (killed
+        for memory, say) leaves nothing wrong with the model: a second, fresh one is asked once before the load
+        fails, so the request that asked for it is not lost to that one death."""
+        try:
+            return self._load_once()
+        except WorkerGone as exc:
+            log.warning("the inference process ended during its load (%s); starting another once", exc)
+            return self._load_once()
+
+    def _load_once(self) -> Resolved:
         while True:
             if self._child is not None and not self._child.alive:
                 self._reap()  # died since: start afresh

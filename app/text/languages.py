@@ -33,6 +33,11 @@ class Language:
     """Modules the reader imports beyond the core install."""
     extra: str = ""
     """The package extra that installs ``modules``."""
+    first_tokens: int = 0
+    """Least bound on a request's first chunk, where `app.text.chunker.FIRST_CHUNK_TOKENS` is too little speech for a
+    listener to hear it right: the bound means about 1.5 s of English, but Mandarin's tone marks and
+    affricates, and Brazilian Portuguese's nasal marks, take tokens of their own, so 20 tokens there are two or three
+    syllables, cut mid-phrase and misheard (docs/languages.md). 0: the chunker's bound."""
 
     @property
     def spaced(self) -> bool:
@@ -66,10 +71,10 @@ LANGUAGES: dict[str, Language] = {lang.code: lang for lang in (
     Language("f", "fr-fr", "French", "espeak"),
     Language("h", "hi", "Hindi", "espeak"),
     Language("i", "it", "Italian", "espeak"),
-    Language("p", "pt-br", "Brazilian Portuguese", "espeak"),
+    Language("p", "pt-br", "Brazilian Portuguese", "espeak", first_tokens=40),
     Language("j", "ja", "Japanese", "ja", ("pyopenjtalk",), "ja"),
     Language("z", "zh", "Mandarin Chinese", "zh", ("jieba", "pypinyin", "cn2an", "ordered_set", "pypinyin_dict"),
-             "zh"),
+             "zh", first_tokens=40),
 )}
 """By Kokoro's ``lang_code``."""
 

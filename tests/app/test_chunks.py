@@ -17,7 +17,7 @@ import numpy.typing as npt
 from app.engine import Engine
 from app.pool import DEADLINE_MARGIN_S, FIRST_CHUNK_CREDIT_S, REALTIME_MAX_HOLD_S, StreamPool
 from app.runtime.backends.base import Inference
-from app.text import chunker
+from app.text import chunker, languages
 from app.text.vocab import Vocab
 from app.voices import VoiceBank
 from tests.app.http.fake import SAMPLES_PER_TOKEN, FakeFrontend, FakeRuntime
@@ -126,3 +126,20 @@ def test_the_audio_is_the_whole_text() -> None:
     tokens = len(engine.vocab.ids(engine.plan(TEXT, "af_heart", 1.0).phonemes))
     # The fake's tone is all sound (nothing to trim but a few samples): about one 25 ms unit per token.
     assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds
+
+
+def test_mandarin_and_portuguese_start_with_a_longer_first_chunk_and_english_keeps_its_bound() -> None:
+    """Where the chunker's first bound is too little speech to hear right (`Language.first_tokens`), the first chunk
+    may grow to that language's bound; the other languages keep the chunker's own, so their audio is unchanged."""
+    engine, _ = _engine()
+    text = "here is a first sentence that runs on for a while before it ends. and then another one."
+    english = engine.plan(text, "af_heart", 1.0)
+    assert english.chunks == tuple(chunker.chunk(english.phonemes))
+    assert len(english.chunks[0]) <= chunker.FIRST_CHUNK_TOKENS
+    for lang in ("zh", "pt-br"):
+        plan = engine.plan(text, "af_heart", 1.0, lang=lang)
+        bound = languages.parse(lang).first_tokens
+        assert chunker.FIRST_CHUNK_TOKENS < len(plan.chunks[0]) <= bound
+        assert plan.chunks == tuple(chunker.chunk(plan.phonemes, first_max=bound))
+    spanish = engine.plan(text, "af_heart", 1.0, lang="es")
+    assert spanish.chunks == english.chunks

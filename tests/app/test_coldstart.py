@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import LiveServer, live_server
 
-BODY = {"input": "Welcome back, it is 3:30 pm.", "voice": "af_heart", "response_format": "pcm"}
+BODY = {"input": "Welcome back.", "voice": "af_heart", "response_format": "pcm"}
 
 
 def info(server: LiveServer) -> dict[str, object]:

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from starlette.testclient import TestClient
 
 from app.http.server import create_app
 from app.runtime.backends.base import Inference, Resolved
 from app.runtime.local import LocalRuntime, WarmUp
 from app.settings import Settings
+from tests.app.runtime.children import inference_children
+from tests.reliability.test_security import assert_no_socket_and_no_telemetry
 
 ADMIN = {"Authorization": "Bearer warm"}
 
@@ -80,7 +83,11 @@ def test_no_warm_up_without_an_input() -> None:
     assert primary.calls == []
 
 
-def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(cache_dir: Path) -> None:
+def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(
+        cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The environment `python -m app` gives its inference process (app/__main__.py; tests/reliability/test_security.py
+    # checks that on a real server): this app runs in the test's process, its inference process is its child.
+    monkeypatch.setenv("ORT_DISABLE_TELEMETRY", "1")
     settings = Settings(cache_dir=cache_dir, backend="openvino", quiet_window_s=0, admin_token="warm")
     with TestClient(create_app(settings)) as client:
         assert client.get("/readyz").status_code == 200
@@ -90,6 +97,9 @@ def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(ca
         assert info["resolved"]["warm_up_s"] > 0
         assert client.get("/v1/lifecycle").json()["last_restore_parts"]["warm_up_s"] > 0
         assert info["inferences_by_backend"] == {}  # warm-up inferences serve nobody
+        (child,) = inference_children()
+        assert "libopenvino" in Path(f"/proc/{child.pid}/maps").read_text()
+        assert_no_socket_and_no_telemetry(child)  # OpenVINO ships a telemetry client: never loaded, nowhere to send
         assert client.post("/v1/lifecycle/release", headers=ADMIN).status_code == 200
         body = {"input": "Hello there.", "voice": "af_heart", "response_format": "pcm"}
         assert client.post("/v1/audio/speech", json=body).status_code == 200
@@ -97,4 +107,5 @@ def test_the_server_is_ready_only_once_every_stream_is_warm_and_restores_warm(ca
         assert parts["warm_up_s"] > 0 and parts["backend_s"] > 0  # warmed before the waiting request ran
         after = client.get("/v1/info").json()
         assert after["resolved"]["warmed"] == info["pool"]["slots"]
+        assert after["resolved"]["from_cache"] is True  # the restore imported the compile cache: nothing compiled
         assert set(after["inferences_by_backend"]) == {"openvino"}

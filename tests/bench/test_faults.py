@@ -3,12 +3,18 @@ dropped stream let go (which the probe checks, so it can fail); and a probe that
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
-from bench import faults
+from bench import faults, soak
+from bench.soakrecord import SoakResult
 from tests.bench.fake_server import fake_server
 
 
@@ -33,3 +39,28 @@ def test_a_dropped_stream_the_server_holds_is_counted_against_it(url: str, monke
     assert answer.status == "held" and not answer.fair
 
 
+
+
+
+def test_kills_are_a_whole_period_apart_even_after_a_burst_held_the_injector(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench.soak`'s fault injector runs its bursts on its own thread, for seconds: the kills that fell due
+    meanwhile must not fire back to back after it (the second would kill the process the first one's retry started)."""
+    def slow_burst(*_: object) -> list[faults.Answer]:
+        time.sleep(2.6)  # past two kill periods
+        return []
+
+    monkeypatch.setattr(faults, "burst", slow_burst)
+    monkeypatch.setattr(faults, "kill", lambda pid, modules: list(modules))
+    options = soak.SoakOptions(out=tmp_path, cache_dir=tmp_path, kill_every_s=1.0, hostile_every_s=1.5)
+    result = SoakResult(shape_cache=0)
+    stop = threading.Event()
+    injector = threading.Thread(target=soak.inject_faults, args=(options, SimpleNamespace(pid=0, url=""), result,
+                                                                 time.perf_counter(), stop))
+    injector.start()
+    time.sleep(8)
+    stop.set()
+    injector.join(10)
+    times = [kill["at_s"] for kill in result.kills]
+    assert len(times) >= 3, result.kills
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 0.9, times  # at_s is rounded to 0.1 s

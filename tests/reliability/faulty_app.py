@@ -5,7 +5,9 @@ whichever serves), chosen by the request's speed.
 - speed 1.25: inferences of more than 40 tokens fail (the short first chunk streams, a later one fails);
 - speed 1.75: inferences hang for 3 s first (a slow stream, for SIGTERM and slow-reader tests).
 Any other speed runs normally. A load (first load or restore) fails once each time the file named by
-``FAULT_LOAD_FAILS_FILE`` exists (the load deletes it), for the recovery tests.
+``FAULT_LOAD_FAILS_FILE`` exists (the load deletes it), for the recovery tests; it lasts 5 s longer once each time
+the file named by ``FAULT_LOAD_SLOW_FILE`` exists (deleted too), so that a restore on ONNX Runtime (some milliseconds
+as shipped) lasts long enough for a test to act in the middle of it.
 The tests start it as ``python -m tests.reliability.faulty_app``.
 The model runs in the inference process (`app.runtime.proxy`), so the faults are injected
 there: the server starts ``tests.reliability.faulty_inference`` instead, which imports this
@@ -44,6 +46,10 @@ def _failing_once(load: Any) -> Any:
         if marker and Path(marker).exists():
             Path(marker).unlink()
             raise RuntimeError("injected load fault")
+        slow = os.environ.get("FAULT_LOAD_SLOW_FILE")
+        if slow and Path(slow).exists():
+            Path(slow).unlink()
+            time.sleep(5)
         result: Resolved = load(self, *args, **kwargs)
         return result
 

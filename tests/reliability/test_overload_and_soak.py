@@ -36,27 +36,31 @@ def test_four_times_capacity_loses_nothing_and_refuses_quickly(small_pool: LiveS
 
 
 def test_memory_levels_off_under_shape_churn_and_a_release_brings_it_back(cache_dir: Path, tmp_path: Path) -> None:
-    options = soak.SoakOptions(out=tmp_path, cache_dir=cache_dir, requests=40, lengths=40, speed=4.0,
-                               sample_every=10, shape_caches=(0,))
+    # 30 new input lengths after the warm-up, memory read every 5: the second half's growth is that of the last 15
+    # lengths, at OpenVINO's default shape cache (-1) about 10 MB each, well over the bound.
+    options = soak.SoakOptions(out=tmp_path, cache_dir=cache_dir, requests=30, lengths=30, speed=4.0,
+                               sample_every=5, shape_caches=(0,))
     result = soak.soak_one(options, 0, progress=False)
     summary = result.summary()
     assert summary["errors"] == 0, result.errors[:3]
-    assert summary["requests"] == 40
-    # 40 new input lengths after the warm-up: at OpenVINO's default cache each added 10-20 MB.
+    assert summary["requests"] == 30
     assert summary["second_half_growth_pct"] < 5, result.series
     assert summary["released_mb"] < 0.5 * summary["peak_mb"]
     assert summary["restored_ok"]
     # Every sample also went to disk as it was taken: a soak cut short keeps what it measured.
     partial = json.loads(soak.partial_path(options, 0).read_text())
-    assert partial["series"] == result.series and partial["planned_requests"] == 40
+    assert partial["series"] == result.series and partial["planned_requests"] == 30
 
 
 def test_a_soak_with_faults_loses_no_request_and_answers_the_hostile_ones_with_4xx(cache_dir: Path,
                                                                                   tmp_path: Path) -> None:
     """`python -m bench soak` with its faults, short: helper processes killed in turn and hostile bursts (a flood past
     admission among them) while two clients ask, every other request streamed and every eighth Japanese."""
+    # Kills at least 7 s apart (inference, reader, both): a request its kill cost is asked once of a fresh process
+    # (`app.retry`), whose restore and first chunk take a few seconds on the slowest class under the suite's load; a
+    # second kill inside that is the "ended twice" 503 the server documents, not a loss this test is about.
     options = soak.SoakOptions(out=tmp_path, cache_dir=cache_dir, requests=40, lengths=40, speed=4.0, sample_every=10,
-                               shape_caches=(0,), backend="auto", duration_s=24, kill_every_s=5, hostile_every_s=9,
+                               shape_caches=(0,), backend="auto", duration_s=24, kill_every_s=7, hostile_every_s=9,
                                max_requests=4)
     result = soak.soak_one(options, 0, progress=False)
     summary = result.summary()

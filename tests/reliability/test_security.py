@@ -51,8 +51,8 @@ def inference_processes(server: LiveServer) -> list[psutil.Process]:
 def assert_no_socket_and_no_telemetry(child: psutil.Process) -> None:
     """It talks to the server over two pipes only: no socket of any kind (inet, inet6, unix), so no
     telemetry could leave it; ONNX Runtime's telemetry is switched off in its environment, and no telemetry
-    library is loaded (OpenVINO's would be: tests/lifecycle/test_inference_process.py runs this on an
-    OpenVINO server, the session's server here runs ONNX Runtime)."""
+    library is loaded (OpenVINO's would be: tests/app/test_warmup.py runs this on an OpenVINO inference
+    process, the session's server here runs ONNX Runtime)."""
     assert child.net_connections(kind="all") == [], child.cmdline()
     sockets = [os.readlink(f"/proc/{child.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{child.pid}/fd")]
     assert not [s for s in sockets if s.startswith("socket:")], sockets

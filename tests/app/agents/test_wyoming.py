@@ -83,27 +83,27 @@ def test_an_unknown_voice_is_an_error_event(wyoming: tuple[LiveServer, int]) -> 
     assert "nobody" in Error.from_event(found[-1]).text
 
 
-def test_shutdown_closes_sockets_and_wyoming_clients_cleanly(cache_dir: Path, tmp_path: Path) -> None:
-    """SIGTERM with an ElevenLabs socket and a Wyoming client open: both are closed by the server, which exits 0."""
+def test_shutdown_closes_sockets_and_wyoming_clients_cleanly(wyoming: tuple[LiveServer, int]) -> None:
+    """SIGTERM with an ElevenLabs socket and a Wyoming client open: both are closed by the server, which exits 0.
+    Last in the module: it stops the module's server."""
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
-    port = free_port()
-    with live_server(cache_dir, tmp_path, backend=SPEECH_BACKEND, quiet_window_s="0",
-                     wyoming_port=str(port)) as server:
-        async def wyoming_ends() -> bool:
-            async with AsyncTcpClient("127.0.0.1", port) as client:
-                await client.write_event(Describe().event())
-                assert (await client.read_event()) is not None
-                server.process.send_signal(signal.SIGTERM)
-                while (await asyncio.wait_for(client.read_event(), 30)) is not None:
-                    pass
-                return True
+    server, port = wyoming
 
-        with connect(server.url.replace("http://", "ws://") + "/v1/text-to-speech/af_heart/stream-input") as ws:
-            ws.send('{"text": " "}')
-            assert asyncio.run(wyoming_ends())
-            with pytest.raises(ConnectionClosed):
-                ws.recv(timeout=30)
-            assert ws.close_code in (1001, 1012)
-        assert server.process.wait(30) == 0
+    async def wyoming_ends() -> bool:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            assert (await client.read_event()) is not None
+            server.process.send_signal(signal.SIGTERM)
+            while (await asyncio.wait_for(client.read_event(), 30)) is not None:
+                pass
+            return True
+
+    with connect(server.url.replace("http://", "ws://") + "/v1/text-to-speech/af_heart/stream-input") as ws:
+        ws.send('{"text": " "}')
+        assert asyncio.run(wyoming_ends())
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=30)
+        assert ws.close_code in (1001, 1012)
+    assert server.process.wait(30) == 0

@@ -101,21 +101,34 @@ LONG = "ɹˈAn ɪz lˈIkli ðɪs ˌæftəɹnˈun, sˌO tˈAk ɐn ˌʌmbɹˈɛlə
 """The tuning corpus's longest chunk as phonemes (6.3 s of speech): where bf16's phase drift showed."""
 
 
+@pytest.fixture(scope="module")
+def reference(cache_dir: Path) -> OnnxRuntimeBackend:
+    """ONNX Runtime on the model as shipped, loaded once for the forms checked against it."""
+    backend = OnnxRuntimeBackend(modelfile.resolve(None, [cache_dir / "models"]), PoolShape(1, 1),
+                                 runtime_defaults=False)
+    backend.load()
+    return backend
+
+
+@pytest.fixture(scope="module")
+def expected(reference: OnnxRuntimeBackend) -> dict[str, np.ndarray]:
+    return {str(n): reference.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
+
+
 @pytest.mark.parametrize("form", [store.IR, store.DEQUANT])
-def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_path: Path) -> None:
+def test_a_derived_form_passes_the_output_check(form: str, cache_dir: Path, tmp_path: Path,
+                                                reference: OnnxRuntimeBackend,
+                                                expected: dict[str, np.ndarray]) -> None:
     """The real making of the form from the embedded model, served by OpenVINO, against ONNX Runtime on the
     model. Two input lengths on one request: a graph from ``ov.convert_model`` failed on the second length."""
     model = modelfile.resolve(None, [cache_dir / "models"])
     ir = store.path(form, model, tmp_path, modelfile.expected_sha256())
     assert sorted(p.name for p in ir.parent.iterdir()) == ["form.json", "model.bin", "model.xml"]
     assert ir.suffix == ".xml" and ir.with_suffix(".bin").stat().st_size > 50_000_000
-    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
     served = OpenVinoBackend(ir, PoolShape(1, 1), runtime_defaults=False, precision="f32", cache_dir=None)
-    reference.load()
     served.load()
     assert ir.with_suffix(".bin") in served.files()
     assert len({t.shape[1] for t, _ in _inputs()}) == 2
-    expected = {str(n): reference.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
     got = {str(n): served.infer(0, t, s, 1.0) for n, (t, s) in enumerate(_inputs())}
     verdict, _ = outputcheck.compare(f"openvino-{form}", "onnxruntime", expected, got)
     assert verdict.passed, verdict

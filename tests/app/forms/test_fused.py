@@ -164,12 +164,14 @@ def test_the_tuner_measures_onnxruntime_on_the_fused_form_at_every_shape() -> No
 
 def test_the_form_made_from_the_model_passes_the_output_check(cache_dir: Path, tmp_path: Path) -> None:
     """The real rewrite of the model the server serves (its timed copy), run by ONNX Runtime as the pool opens it,
-    against ONNX Runtime on the model as shipped: two lengths."""
+    against ONNX Runtime on the model as shipped: two lengths. The form the run's servers serve, in their cache:
+    made here, or by the first of them to start on it (`app.tune.portable`), by the same maker."""
     from app.served import served_model
     from tests.conftest import form_check
 
     model, digest = served_model(Settings(cache_dir=cache_dir), cache_dir)
-    made = store.path(store.FUSED, model, tmp_path / "forms", digest)
+    made = store.path(store.FUSED, model, cache_dir, digest)
+    assert made.is_relative_to(cache_dir / "forms")
     ops, transposed = _ops(made)
     # Of the 84 convolutions made GEMMs, each with a transpose in and out in the convgemm form, a few still take
     # their input from a transpose (where [1, C, T] comes in from a node left as it is) and fewer give theirs to one.

@@ -35,16 +35,16 @@ def test_the_timed_copy_speaks_bit_identically_and_its_durations_cover_the_audio
     plain, with_durations = session(model), session(copy)
     assert [o.name for o in with_durations.get_outputs()] == ["audio", timed.DURATION_TENSORS[0]]  # type: ignore[attr-defined]
     vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
-    for phrase in PHRASES:
-        for speed in (1.0, 1.5):
-            ids = vocab.ids(phrase)
-            feed = {"tokens": np.array([[0, *ids, 0]], dtype=np.int64), "style": voice.style_for(len(ids)),
-                    "speed": np.array([speed], dtype=np.float32)}
-            (reference,) = plain.run(["audio"], feed)  # type: ignore[attr-defined]
-            audio, durations = with_durations.run(None, feed)  # type: ignore[attr-defined]
-            assert np.array_equal(audio, reference)
-            assert durations.dtype == np.int64 and durations.reshape(-1).size == len(ids) + 2
-            assert durations.sum() * 600 == audio.size  # one unit is 600 samples (25 ms)
+    # Each phrase at one speed: the short one as written, the longer one faster (durations scaled by the speed).
+    for phrase, speed in zip(PHRASES, (1.0, 1.5), strict=True):
+        ids = vocab.ids(phrase)
+        feed = {"tokens": np.array([[0, *ids, 0]], dtype=np.int64), "style": voice.style_for(len(ids)),
+                "speed": np.array([speed], dtype=np.float32)}
+        (reference,) = plain.run(["audio"], feed)  # type: ignore[attr-defined]
+        audio, durations = with_durations.run(None, feed)  # type: ignore[attr-defined]
+        assert np.array_equal(audio, reference)
+        assert durations.dtype == np.int64 and durations.reshape(-1).size == len(ids) + 2
+        assert durations.sum() * 600 == audio.size  # one unit is 600 samples (25 ms)
 
 
 def test_the_copy_is_made_once_and_remade_when_the_source_changes(model: Path, tmp_path: Path) -> None:
@@ -92,15 +92,15 @@ def test_openvino_speaks_the_timed_copy_bit_identically(model: Path, tmp_path: P
     plain.load()
     with_durations.load()
     vocab, voice = Vocab.embedded(), VoiceBank.load(None).resolve("af_heart")
-    for phrase in PHRASES[1:]:  # the longer phrase only: the two compiles are most of this test's time
-        tokens = vocab.tokens(phrase)
-        style = voice.style_for(tokens.shape[1] - 2)
-        for speed in (1.0, 1.5):
-            reference = plain.infer_timed(0, tokens, style, speed)
-            done = with_durations.infer_timed(0, tokens, style, speed)
-            assert np.array_equal(done.audio, reference.audio) and reference.durations is None
-            assert done.durations is not None and done.durations.size == tokens.shape[1]
-            assert int(done.durations.sum()) * 600 == done.audio.size
+    # The longer phrase, faster than as written (durations scaled by the speed), once: the compile of the shipped
+    # graph is most of this test's time; ONNX Runtime's test above takes both phrases.
+    tokens = vocab.tokens(PHRASES[1])
+    style = voice.style_for(tokens.shape[1] - 2)
+    reference = plain.infer_timed(0, tokens, style, 1.5)
+    done = with_durations.infer_timed(0, tokens, style, 1.5)
+    assert np.array_equal(done.audio, reference.audio) and reference.durations is None
+    assert done.durations is not None and done.durations.size == tokens.shape[1]
+    assert int(done.durations.sum()) * 600 == done.audio.size
 
 
 def test_a_model_without_the_duration_tensor_gets_no_copy(tmp_path: Path) -> None:

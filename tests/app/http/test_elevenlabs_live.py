@@ -20,7 +20,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.conftest import LiveServer
 
-PIECES = ["Hel", "lo there, ", "how are", " you to", "day? I am ", "fine, thanks."]
+PIECES = ["Hel", "lo there, ", "how are", " you to", "day?"]
 
 
 def ws_url(server: LiveServer, path: str = "stream-input", voice: str = "af_heart", **query: str) -> str:
@@ -57,9 +57,9 @@ def audio_of(found: list[dict[str, Any]]) -> bytes:
 
 def test_sdk_realtime_speaks_pieces_and_the_same_text_gives_the_same_audio(server: LiveServer) -> None:
     first = sdk_audio(server, PIECES)
-    again = sdk_audio(server, ["Hello there, how are you today? ", "I am fine, ", "thanks."])
+    again = sdk_audio(server, ["Hello there, ", "how are you today?"])
     samples = np.frombuffer(first, dtype="<i2")
-    assert len(samples) > 24000 * 1.5 and samples.std() > 100
+    assert len(samples) > 24000 * 1.5 and samples.std() > 100  # measured 2.2 s
     assert first == again
 
 
@@ -82,11 +82,11 @@ def test_first_clause_is_spoken_before_the_input_ends_with_character_alignment(s
         assert ws.close_code == 1000
 
 
-@pytest.mark.parametrize(("fmt", "bytes_per_s"), [("pcm_16000", 32000), ("ulaw_8000", 8000)])
-def test_telephony_formats_have_their_rate(server: LiveServer, fmt: str, bytes_per_s: int) -> None:
+def test_telephony_formats_have_their_rate(server: LiveServer) -> None:
     reference = sdk_audio(server, ["Hi, there."])
-    got = sdk_audio(server, ["Hi, there."], output_format=fmt)
-    assert abs(len(got) / bytes_per_s - len(reference) / 48000) < 0.01
+    for fmt, bytes_per_s in [("pcm_16000", 32000), ("ulaw_8000", 8000)]:
+        got = sdk_audio(server, ["Hi, there."], output_format=fmt)
+        assert abs(len(got) / bytes_per_s - len(reference) / 48000) < 0.01, fmt
 
 
 def test_mp3_44100_decodes(server: LiveServer) -> None:

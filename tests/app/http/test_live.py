@@ -15,15 +15,16 @@ import pytest
 
 from tests.conftest import SPEECH_BACKEND, LiveServer, live_server
 
-LONG = ("The first sentence is short. The second sentence is a good deal longer than the first one was. "
-        "A third sentence follows, so the stream has several chunks to send.")
+LONG = "Hi there. The second sentence is a good deal longer. A third one follows."
+"""Three chunks, the first a fraction of the whole (the chunker's first bound is small)."""
 
 
 @pytest.fixture(scope="module")
 def one_stream(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One stream, at most two requests admitted (TTS_MAX_REQUESTS): easy to overload."""
-    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", max_requests="2",
-                     quiet_window_s="0", backend=SPEECH_BACKEND) as s:
+    """One stream (on both threads of a 2-CPU machine), at most two requests admitted (TTS_MAX_REQUESTS): easy to
+    overload. Its drain at SIGTERM may take 30 s (a loaded CI machine)."""
+    with live_server(cache_dir, tmp_path_factory.mktemp("logs"), streams="1", threads_per_stream="2",
+                     max_requests="2", quiet_window_s="0", shutdown_grace_s="30", backend=SPEECH_BACKEND) as s:
         yield s
 
 
@@ -110,25 +111,25 @@ def test_official_openai_client_works_unchanged(one_stream: LiveServer, tmp_path
     assert len(decode_with_ffmpeg(target.read_bytes())) > 12000
 
 
-def test_sigterm_drains_in_flight_streams_then_exits_zero(cache_dir: Path, tmp_path: Path) -> None:
-    text = "Draining must let this stream finish. Every sentence of it arrives before the process exits."
-    with live_server(cache_dir, tmp_path, quiet_window_s="0", shutdown_grace_s="30",
-                     backend=SPEECH_BACKEND) as server:
-        expected = solo_length(server, text)
-        with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body(text), timeout=120) as response:
-            chunks = response.iter_raw()
-            received = len(next(chunks))
-            server.process.send_signal(signal.SIGTERM)
-            time.sleep(0.3)
-            with pytest.raises(httpx.HTTPError):  # no longer accepting
-                httpx.get(f"{server.url}/healthz", timeout=2)
-            received += sum(len(c) for c in chunks)
-        assert received == expected
-        assert server.process.wait(30) == 0
-
-
 def test_audio_is_identical_across_formats_of_the_same_request(one_stream: LiveServer) -> None:
     pcm = httpx.post(f"{one_stream.url}/v1/audio/speech", json=body("Same audio."), timeout=60).content
     wav = httpx.post(f"{one_stream.url}/v1/audio/speech", json=body("Same audio.", "wav"), timeout=60).content
     assert wav[44:] == pcm
     assert np.frombuffer(pcm, dtype="<i2").std() > 100
+
+
+def test_sigterm_drains_in_flight_streams_then_exits_zero(one_stream: LiveServer) -> None:
+    """Last in the module: it stops the module's server."""
+    server = one_stream
+    text = "Draining must let this stream finish. Every sentence arrives."  # three chunks
+    expected = solo_length(server, text)
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body(text), timeout=120) as response:
+        chunks = response.iter_raw()
+        received = len(next(chunks))
+        server.process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        with pytest.raises(httpx.HTTPError):  # no longer accepting
+            httpx.get(f"{server.url}/healthz", timeout=2)
+        received += sum(len(c) for c in chunks)
+    assert received == expected
+    assert server.process.wait(30) == 0

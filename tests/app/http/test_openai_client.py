@@ -13,7 +13,7 @@ from openai import OpenAI
 from tests.app.test_audio import decode_with_ffmpeg, decode_with_soundfile
 from tests.conftest import LiveServer
 
-TEXT = "The official client asks, and this server answers."
+TEXT = "The client asks, and the server answers."  # two chunks, 2.5 s
 
 
 def client(server: LiveServer) -> OpenAI:
@@ -65,7 +65,7 @@ def test_sse_in_wav_decodes(server: LiveServer) -> None:
 def test_sse_deltas_arrive_while_the_rest_is_synthesized(server: LiveServer) -> None:
     import httpx
 
-    long_text = " ".join(["This sentence is one of several, so the stream has more than one chunk."] * 2)
+    long_text = "Hi there. The second one has a clause, and it is longer."  # three chunks
     with client(server).audio.speech.with_streaming_response.create(
             model="gpt-4o-mini-tts", voice="alloy", input=long_text, response_format="pcm",
             stream_format="sse") as response:

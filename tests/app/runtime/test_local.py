@@ -102,8 +102,9 @@ def test_a_release_starts_the_next_inference_process_and_in_process_nothing(cach
     from app.services import build_engine
     from app.sizing import read_budget
     from tests.app.runtime.children import inference_children
+    from tests.conftest import SPEECH_BACKEND
 
-    built = build_engine(Settings(cache_dir=cache_dir, backend="openvino"), read_budget(),
+    built = build_engine(Settings(cache_dir=cache_dir, backend=SPEECH_BACKEND), read_budget(),
                          Options(in_process=in_process))
     state = built.state
     try:

@@ -20,65 +20,85 @@ def model(cache_dir: Path) -> Path:
     return modelfile.resolve(None, [cache_dir / "models"])
 
 
+PHRASE = "həlˈO ðˈɛɹ."
+"""What every session here speaks (about a second of audio): any difference in a graph shows bit for bit in the
+audio of any length, and each inference costs about its audio's length in CPU time."""
+
+
 def speak(backend: OnnxRuntimeBackend) -> np.ndarray:
     vocab = Vocab.embedded()
-    ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
+    ids = vocab.ids(PHRASE)
     tokens = np.array([[0, *ids, 0]], dtype=np.int64)
     style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
     return backend.infer(0, tokens, style, 1.0)
 
 
-def test_the_saved_graph_gives_identical_audio_and_is_reused(model: Path, tmp_path: Path) -> None:
-    plain = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
-    plain.load()
-    reference = speak(plain)
+@pytest.fixture(scope="module")
+def plain(model: Path) -> OnnxRuntimeBackend:
+    """The pool's backend on the model as shipped, saving no graph: what every saved graph must speak like (loaded
+    once for the module; the tests only read from it)."""
+    backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
+    backend.load()
+    return backend
 
-    first = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
+
+@pytest.fixture(scope="module")
+def reference(plain: OnnxRuntimeBackend) -> np.ndarray:
+    return speak(plain)
+
+
+@pytest.fixture(scope="module")
+def first_save(model: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, OnnxRuntimeBackend]:
+    """A first load with an empty graph folder, which optimizes the model and saves the graph there (once for the
+    module: the held-session test starts from a copy of what it saved); the folder and the backend."""
+    folder = tmp_path_factory.mktemp("saved")
+    first = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=folder)
     first.load()
+    return folder, first
+
+
+def test_the_saved_graph_gives_identical_audio_and_is_reused(
+        model: Path, first_save: tuple[Path, OnnxRuntimeBackend], reference: np.ndarray) -> None:
+    folder, first = first_save
     import onnxruntime
 
     saved = first.optimized_path(onnxruntime.__version__)
-    assert saved is not None and saved.is_file() and saved.parent == tmp_path
-    assert not list(tmp_path.glob(".*"))  # no partial file left behind
+    assert saved is not None and saved.is_file() and saved.parent == folder
+    assert not list(folder.glob(".*"))  # no partial file left behind
     # The weights as the kernels packed them, in a data file beside the graph, for this CPU's flags only.
     assert saved.name.endswith(f"-{cpu.family()}-{cpu.flags_digest()}.packed.onnx")
-    [data] = tmp_path.glob("*.data")
+    [data] = folder.glob("*.data")
     assert data.stat().st_size > 90_000_000 and saved.stat().st_size < 10_000_000
     assert np.array_equal(speak(first), reference)
 
     stamp = saved.stat().st_mtime_ns
-    second = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
+    second = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=folder)
     second.load()
     assert saved.stat().st_mtime_ns == stamp  # opened, not written again
     assert np.array_equal(speak(second), reference)
 
 
-def test_the_sessions_plan_no_memory_pattern_and_speak_the_same(model: Path, tmp_path: Path) -> None:
+def test_the_sessions_plan_no_memory_pattern_and_speak_the_same(model: Path, plain: OnnxRuntimeBackend) -> None:
     """The pool's sessions allocate each tensor from the arena instead of one planned block per input length (ONNX
     Runtime's memory pattern, which kept far more memory with Kokoro's varying lengths): the audio is the same, bit
     for bit, as a session with the pattern."""
     import onnxruntime as ort
 
-    streams = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
-    streams.load()
-    assert not streams._sessions[0].get_session_options().enable_mem_pattern
+    assert not plain._sessions[0].get_session_options().enable_mem_pattern
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     assert options.enable_mem_pattern  # ONNX Runtime's default
     patterned = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     vocab = Vocab.embedded()
-    ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
+    ids = vocab.ids(PHRASE)
     tokens = np.array([[0, *ids, 0]], dtype=np.int64)
     style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
     expected = patterned.run(["audio"], {"tokens": tokens, "style": style.reshape(1, -1),
                                          "speed": np.array([1.0], np.float32)})[0]
-    assert np.array_equal(speak(streams), expected)
+    assert np.array_equal(speak(plain), expected)
 
 
-def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path) -> None:
-    plain = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
-    plain.load()
-    reference = speak(plain)
+def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path, reference: np.ndarray) -> None:
     backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
     import onnxruntime
 
@@ -97,21 +117,20 @@ def test_a_damaged_saved_graph_is_replaced(model: Path, tmp_path: Path) -> None:
     assert np.array_equal(speak(damaged), reference)
 
 
-def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_path: Path) -> None:
+def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_path: Path,
+                                                              reference: np.ndarray) -> None:
     """The image build saves the graph into the baked cache (`app.tune.build.save_graph`); a server
     whose writable cache starts empty opens that one and optimizes nothing."""
     from app.tune.build import save_graph
 
     baked = save_graph(model, tmp_path / "baked")
-    reference = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False)
-    reference.load()
     writable = tmp_path / "writable"
     backend = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False,
                                  optimized_dir=writable, baked_optimized_dir=baked.parent)
     backend.load()
     assert baked in backend.files()
     assert not writable.exists()
-    assert np.array_equal(speak(backend), speak(reference))
+    assert np.array_equal(speak(backend), reference)
     # The image's graph is the portable one: named for the CPU family, its weights packed at each open.
     assert baked.name.endswith(f"-{cpu.family()}.onnx") and not list(baked.parent.glob("*.data"))
     # A graph it cannot open is not written over (it may be read-only): the model is optimized into the writable cache.
@@ -120,7 +139,7 @@ def test_a_baked_graph_is_opened_first_and_nothing_is_written(model: Path, tmp_p
                                optimized_dir=writable, baked_optimized_dir=baked.parent)
     again.load()
     assert baked.read_bytes() == b"not a model" and any(writable.glob("*.onnx"))
-    assert np.array_equal(speak(again), speak(reference))
+    assert np.array_equal(speak(again), reference)
 
 
 def test_a_graph_saved_into_memory_keeps_no_packed_weights(model: Path, tmp_path: Path) -> None:
@@ -271,16 +290,18 @@ def test_a_tuned_image_keeps_only_the_forms_its_server_opens(
     assert shipped_graph.is_file()
 
 
-def test_a_held_session_serves_the_next_load_at_once_and_every_slot_speaks_the_same(model: Path,
-                                                                                    tmp_path: Path) -> None:
+def test_a_held_session_serves_the_next_load_at_once_and_every_slot_speaks_the_same(
+        model: Path, tmp_path: Path, reference: np.ndarray, first_save: tuple[Path, OnnxRuntimeBackend]) -> None:
     """A session opened ahead of a load (`OnnxRuntimeBackend.hold`, while released) is the next load's first: that
     load opens only the others, behind it. With two streams it is the wide session (on both threads), which the request
     that wakes an idle instance runs on; each stream's slot speaks the same bytes once its own session is open."""
+    import shutil
+
     import onnxruntime as ort
 
-    plain = OnnxRuntimeBackend(model, PoolShape(1, 1), runtime_defaults=False, optimized_dir=tmp_path)
-    plain.load()
-    reference = speak(plain)
+    # The graph (and its packed weights) that the held session opens, as an earlier load saved it.
+    graphs = tmp_path / "graphs"
+    shutil.copytree(first_save[0], graphs)
     opened: list[object] = []
     real = ort.InferenceSession
 
@@ -288,7 +309,7 @@ def test_a_held_session_serves_the_next_load_at_once_and_every_slot_speaks_the_s
         opened.append(args[0])
         return real(*args, **kwargs)
 
-    backend = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=tmp_path)
+    backend = OnnxRuntimeBackend(model, PoolShape(2, 1), runtime_defaults=False, optimized_dir=graphs)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ort, "InferenceSession", counting)
         backend.hold()
@@ -296,7 +317,7 @@ def test_a_held_session_serves_the_next_load_at_once_and_every_slot_speaks_the_s
         resolved = backend.load()
         assert resolved.slots == 2
         vocab = Vocab.embedded()
-        ids = vocab.ids("həlˈO ðˈɛɹ, ðɪs ɪz ə tˈɛst.")
+        ids = vocab.ids(PHRASE)
         tokens = np.array([[0, *ids, 0]], dtype=np.int64)
         style = VoiceBank.load(None).resolve("af_heart").style_for(len(ids))
         for slot in (2, 1, 0, 1):  # the wide slot on the held session at once, then each stream's own

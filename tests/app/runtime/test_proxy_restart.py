@@ -1,4 +1,5 @@
-"""A load after the inference process died starts a fresh one, even before its exit is reported."""
+"""A load after the inference process died starts a fresh one, even before its exit is reported; a process that dies
+during its load is replaced once."""
 
 from __future__ import annotations
 
@@ -45,3 +46,32 @@ def test_a_load_while_the_dead_process_lingers_waits_for_it_and_starts_another(t
         assert time.monotonic() - started < LINGER_S + 15
     finally:
         runtime.unload()
+
+
+def _dying(tmp_path: Path, deaths: int) -> ProcessRuntime:
+    (tmp_path / "deaths").write_text(str(deaths))
+    settings = Settings.from_env({}, cache_dir=tmp_path)
+    runtime = ProcessRuntime(Spec(settings=settings, model_path=tmp_path / "m.onnx", shape=PoolShape(1, 1),
+                                  writable=tmp_path))
+    runtime.child_module = "tests.app.runtime.dying_child"
+    return runtime
+
+
+def test_a_process_killed_during_its_load_is_replaced_once_and_the_load_succeeds(tmp_path: Path) -> None:
+    runtime = _dying(tmp_path, deaths=1)
+    try:
+        assert runtime.load().backend == "fake"
+        assert runtime.intact() and runtime.loaded
+        assert (tmp_path / "loads").read_text() == "2"
+        assert len(inference_children("tests.app.runtime.dying_child")) == 1  # the killed one reaped
+    finally:
+        runtime.unload()
+
+
+def test_a_second_death_during_the_load_fails_it_with_worker_gone(tmp_path: Path) -> None:
+    runtime = _dying(tmp_path, deaths=5)
+    with pytest.raises(WorkerGone):
+        runtime.load()
+    assert (tmp_path / "loads").read_text() == "2"  # once more, not until one lives
+    assert not runtime.loaded
+    assert inference_children("tests.app.runtime.dying_child") == []
