@@ -53,6 +53,14 @@ def live_children(server: LiveServer, settle_s: float = 5.0) -> list[psutil.Proc
         time.sleep(0.1)
 
 
+def ended(process: psutil.Process) -> bool:
+    """Whether ``process`` has exited: a zombie, or already reaped by the server (between any two reads)."""
+    try:
+        return not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def mapped(pid: int, needle: str) -> bool:
     return needle in Path(f"/proc/{pid}/maps").read_text()
 
@@ -71,6 +79,7 @@ def test_a_release_ends_the_inference_process_and_starts_the_next_which_waits_im
     warm_memory = lifecycle(server)["memory"]
     (child,) = live_children(server)
     assert mapped(child.pid, "onnxruntime")
+    child_rss = child.memory_info().rss
     # The server itself never loads a runtime: that is what leaves it small once the child is gone.
     for runtime in ("libopenvino", "onnxruntime"):
         assert not mapped(server.process.pid, runtime)
@@ -79,7 +88,7 @@ def test_a_release_ends_the_inference_process_and_starts_the_next_which_waits_im
     release(server)
     (idle,) = live_children(server)  # the next process, started at once, waiting with no model
     assert idle.pid != child.pid
-    assert not psutil.pid_exists(child.pid) or child.status() == psutil.STATUS_ZOMBIE
+    assert ended(child)
     deadline = time.monotonic() + 30
     while server.log().count(WAITING) == shed:  # its imports done, its session held, what they read given back
         assert time.monotonic() < deadline
@@ -88,13 +97,16 @@ def test_a_release_ends_the_inference_process_and_starts_the_next_which_waits_im
     # not the 170 MB of weights.
     assert mapped(idle.pid, ".packed")
     assert mapped(idle.pid, "onnxruntime") and not mapped(idle.pid, "libopenvino")  # its runtime, no other
-    assert idle.memory_info().rss < 150 << 20
+    idle_rss = idle.memory_info().rss
+    assert idle_rss < 150 << 20 and child_rss - idle_rss > 150 << 20
     released = lifecycle(server)
     assert released["state"] == "released"
     assert isinstance(released["memory"], dict) and isinstance(warm_memory, dict)
-    # The child's memory was counted while warm, and went with it: what is left is the server and the process that
-    # waits, its weights paged out (218 of 533 MB on a 2-CPU machine; OpenVINO's warm process is larger still).
-    assert released["memory"]["rss"] < 0.5 * warm_memory["rss"]
+    # The meter counts the server's children: the warm child while warm, and once it is gone, only the server and
+    # the process that waits (a few MB of slack for the server's own allocations between the reads).
+    assert warm_memory["rss"] > child_rss
+    server_rss = psutil.Process(server.process.pid).memory_info().rss
+    assert released["memory"]["rss"] < server_rss + idle_rss + (16 << 20)
 
     restored = speak(server, SHORT)
     assert [c.pid for c in live_children(server)] == [idle.pid]  # served by the waiting process: none started
@@ -107,7 +119,7 @@ def test_an_inference_process_that_dies_while_released_is_replaced_by_the_restor
     (waiting,) = live_children(server)
     waiting.kill()  # dies while released: the restore starts another, as without the process that waits
     deadline = time.monotonic() + 30
-    while waiting.is_running() and waiting.status() != psutil.STATUS_ZOMBIE:
+    while not ended(waiting):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     again = speak(server, SHORT)
