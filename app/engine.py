@@ -153,13 +153,17 @@ class Engine:
                     continue
                 if ticket is not None:  # what admission prices this request's place by
                     ticket.remaining_tokens = sum(len(i) for i in ids[k:])
-                tokens = np.array([[0, *ids[k], 0]], dtype=np.int64)
-                style = plan.voice.style_for(len(ids[k]))
+                # Cut between two words, the chunk is read on into the next word, whose audio is cut off again
+                # (`app.text.chunker.lookahead`): where the durations say where it begins.
+                ahead = self.vocab.ids(chunker.lookahead(plan.chunks, k)) if self.timestamps and k < last else []
+                tokens = np.array([[0, *ids[k], *ahead, 0]], dtype=np.int64)
+                style = plan.voice.style_for(len(ids[k]) + len(ahead))
                 # The pause a join keeps is spoken at the request's speed, like the model's own.
                 pause_s = None if k == last else silence.PAUSE_S[silence.boundary(phonemes)] / plan.speed
                 audio, cut, durations = await self.pool.run(
-                    functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s),
-                    playback=clock, tokens=len(ids[k]), audio_s=lambda done: _audio_s(done[0]))
+                    functools.partial(self._infer, tokens=tokens, style=style, speed=plan.speed, pause_s=pause_s,
+                                      own=len(ids[k]) if ahead else None),
+                    playback=clock, tokens=len(ids[k]) + len(ahead), audio_s=lambda done: _audio_s(done[0]))
                 heard = None if durations is None else tuple(timestamps.word_times(
                     placed[k], durations, cut=cut, kept=len(audio), offset=sent))
                 yield Spoken(audio, heard)
@@ -169,16 +173,20 @@ class Engine:
                     return
 
     def _infer(self, slot: int, *, tokens: npt.NDArray[np.int64], style: npt.NDArray[np.float32],
-               speed: float, pause_s: float | None
+               speed: float, pause_s: float | None, own: int | None = None
                ) -> tuple[npt.NDArray[np.float32], int, npt.NDArray[np.int64] | None]:
-        """The chunk's trimmed audio, the samples the trim cut from its front, and its durations (if any)."""
+        """The chunk's trimmed audio, the samples the trim cut from its front, and its durations (if any). ``own``:
+        the chunk's tokens where the model read on into the next chunk's first word, whose audio is cut off."""
         try:
             done = self.runtime.infer_timed(slot, tokens, style, speed)
         except Exception as exc:  # a runtime error fails this request only; the slot stays usable
             log.exception("inference failed on slot %d", slot)
             raise InferenceFailed(f"inference failed: {type(exc).__name__}") from exc
         # Here, in the worker thread, not on the event loop: it scans every sample.
-        audio, cut = silence.trim_at(done.audio, pause_s=pause_s)
+        audio = done.audio
+        if own is not None and done.durations is not None:
+            audio = silence.cut_between_words(audio, timestamps.token_edges(done.durations), own)
+        audio, cut = silence.trim_at(audio, pause_s=pause_s)
         return audio, cut, done.durations
 
     # --- what is served ---------------------------------------------------------------------

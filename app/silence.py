@@ -23,6 +23,9 @@ PAUSE_S = {"sentence": 0.3, "clause": 0.15, "word": 0.05}
 """Silence kept after a chunk's last sound, by the boundary the chunk ends at."""
 FADE = 120
 """Samples (5 ms) over which a cut fades in or out."""
+SEEK = 120
+"""Samples (5 ms) either side of where the durations say a word begins within which `cut_between_words` cuts at the
+quietest point: the durations are whole frames of 25 ms."""
 
 
 def boundary(phonemes: str) -> str:
@@ -53,3 +56,19 @@ def trim_at(audio: npt.NDArray[np.float32], *, pause_s: float | None) -> tuple[n
     if end < len(audio) and fade:
         out[-fade:] *= np.linspace(1.0, 0.0, fade, dtype=np.float32)
     return out, start
+
+
+def cut_between_words(audio: npt.NDArray[np.float32], edges: npt.NDArray[np.int64],
+                      own: int) -> npt.NDArray[np.float32]:
+    """``audio`` up to the end of its first ``own`` tokens, where the model read on into the next chunk's first word
+    (`app.text.chunker.lookahead`): cut at the quietest point within `SEEK` of that edge (``edges``: where each token
+    begins, `app.timestamps.token_edges`), and faded out there."""
+    edge = int(edges[min(own + 1, len(edges) - 1)])
+    lo, hi = max(FADE, edge - SEEK), min(len(audio), edge + SEEK)
+    if hi <= lo:
+        return np.array(audio[:edge], dtype=np.float32)
+    loudness = np.convolve(np.abs(audio[lo - FADE // 2:hi + FADE // 2]), np.ones(FADE) / FADE, mode="same")
+    at = lo + int(np.argmin(loudness[FADE // 2:FADE // 2 + hi - lo]))
+    out = np.array(audio[:at], dtype=np.float32)
+    out[-FADE:] *= np.linspace(1.0, 0.0, FADE, dtype=np.float32)
+    return out

@@ -37,11 +37,17 @@ class WordTime:
         return {"word": self.word, "start_time": round(self.start_time, 3), "end_time": round(self.end_time, 3)}
 
 
+def token_edges(durations: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The sample at which each input token's audio begins, and the end of the last: one more than ``durations``
+    (the first token is the model's pad)."""
+    return np.concatenate([[0], np.cumsum(durations.reshape(-1), dtype=np.int64)]) * FRAME
+
+
 def word_times(words: Sequence[Placed], durations: npt.NDArray[np.int64], *, cut: int, kept: int,
                offset: int) -> list[WordTime]:
     """When each of a chunk's ``words`` is heard. ``cut``: samples the trim took off the chunk's front;
     ``kept``: samples the trim kept; ``offset``: samples of the response before this chunk."""
-    edges = np.concatenate([[0], np.cumsum(durations.reshape(-1), dtype=np.int64)]) * FRAME
+    edges = token_edges(durations)
     last = len(edges) - 1
     out = []
     for word in words:

@@ -21,6 +21,12 @@ made before the t' tokens already sent play out (less `MARGIN_TOKENS`). On a fas
 rule's and the chunks are those of the doubling rule; on a slow one they grow more slowly, so the listener never runs
 dry. The rate is fixed for the instance (it never follows the load), so the same request is cut the same way.
 
+**Read ahead at a cut between words.** The model speaks each chunk as a whole utterance: a chunk cut inside a clause
+would end on a word lengthened and falling in pitch as if the sentence ended there, and listeners mishear it (French
+most: the words of a phrase run into each other). So the model reads `LOOKAHEAD_WORDS` more of the next chunk after
+it (`lookahead`), and the audio is cut where that word begins (`app.engine`): the chunk's last word is spoken
+mid-phrase. Its cost is counted in the pace.
+
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
 its tokens (the model pads each chunk with audio the server trims), so a short rest costs nearly as
 much as a full chunk. A first sentence whose rest after the first chunk would be shorter than
@@ -32,6 +38,7 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
+from collections.abc import Sequence
 
 MODEL_MAX_TOKENS = 510
 FIRST_CHUNK_TOKENS = 20
@@ -53,6 +60,9 @@ spread of audio per token between one text and another."""
 GROWTH = 1.25
 """How much longer than the first chunk a paced plan's second chunk must be allowed to grow (`min_rate`): below that
 rate the chunks cannot outgrow their padding and a listener would stall whatever the plan."""
+LOOKAHEAD_WORDS = 1
+"""Words of the next chunk the model reads after a chunk cut between two words (module docstring): one was as good as
+three (docs/languages.md)."""
 MIN_REST = 10
 """Fewest tokens the rest of a first sentence may have once the first chunk is cut from it (module docstring)."""
 
@@ -61,6 +71,8 @@ _FINER = (
     re.compile(r"\s+"),  # words
 )
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
+_ENDS = ".!?…,;:—"
+"""What a chunk that ends a sentence or a clause ends with."""
 
 
 def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = MAX_CHUNK_TOKENS,
@@ -84,8 +96,22 @@ def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = 
         piece, rest = take(rest, limit, whole_within=max_tokens)
         out.append(piece)
         if rate > 0:
-            ahead += len(piece) - (len(piece) + PAD_TOKENS) / rate
+            read = len(piece) + PAD_TOKENS + len(_read_ahead(piece, rest))
+            ahead += len(piece) - read / rate
     return out
+
+
+def lookahead(chunks: Sequence[str], k: int) -> str:
+    """What the model reads after chunk ``k`` so that it speaks the chunk's end mid-phrase (module docstring): the
+    first `LOOKAHEAD_WORDS` words of the next chunk, with the space before them, where chunk ``k`` ends between two
+    words; nothing at a clause's or sentence's end, or after the last chunk."""
+    return _read_ahead(chunks[k], chunks[k + 1]) if k + 1 < len(chunks) else ""
+
+
+def _read_ahead(piece: str, rest: str) -> str:
+    if not rest.strip() or piece.rstrip()[-1:] in _ENDS:
+        return ""
+    return " " + " ".join(rest.split()[:LOOKAHEAD_WORDS])
 
 
 def paced_bound(ahead: float, rate: float) -> int:

@@ -143,3 +143,34 @@ def test_mandarin_and_portuguese_start_with_a_longer_first_chunk_and_english_kee
         assert plan.chunks == tuple(chunker.chunk(plan.phonemes, first_max=bound))
     spanish = engine.plan(text, "af_heart", 1.0, lang="es")
     assert spanish.chunks == english.chunks
+
+
+def test_a_chunk_cut_between_words_is_read_on_into_the_next_word_whose_audio_is_cut_off() -> None:
+    """The model reads the next chunk's first word after a chunk cut inside a clause (`chunker.lookahead`), so the
+    chunk's end is spoken mid-phrase; that word's audio is cut where the durations say it begins, so every word is
+    still heard once, and the audio is the text's once."""
+    engine, runtime = _engine()
+    text = "here is a first sentence that runs on for a while before it ends. and then another one."
+    plan = engine.plan(text, "af_heart", 1.0)
+    read = [engine.vocab.ids(chunker.lookahead(plan.chunks, k)) for k in range(len(plan.chunks))]
+    assert read[0] and engine.vocab.ids(" " + plan.chunks[1].split()[0]) == read[0]  # cut between words
+    assert not read[-1]  # nothing after the last
+    heard, audio = asyncio.run(_listen(engine, text))
+    assert runtime.tokens == [n + len(r) for n, r in zip(_planned(engine, text), read, strict=True)]
+    assert heard == text.split()  # every word once, in order
+    seconds = len(audio) / 4 / 24_000
+    tokens = len(engine.vocab.ids(plan.phonemes))
+    assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds  # the words read ahead are cut off
+
+
+def test_an_untimed_model_reads_no_word_ahead() -> None:
+    """Without durations nothing says where the word read ahead begins: each chunk is read alone."""
+    engine, runtime = _engine()
+    runtime.timed = engine.timestamps = False
+    text = "here is a first sentence that runs on for a while before it ends. and then another one."
+
+    async def collect() -> int:
+        return sum([len(a) async for a in engine.stream(engine.plan(text, "af_heart", 1.0))])
+
+    assert asyncio.run(collect()) > 0
+    assert runtime.tokens == _planned(engine, text)

@@ -12,8 +12,10 @@ from app.text.chunker import (
     MAX_CHUNK_TOKENS,
     MIN_REST,
     MODEL_MAX_TOKENS,
+    PAD_TOKENS,
     SECOND_CHUNK_TOKENS,
     chunk,
+    lookahead,
     next_bound,
 )
 
@@ -138,3 +140,23 @@ def test_a_later_chunk_is_not_cut_to_leave_a_tiny_rest() -> None:
     assert take(text, 20, whole_within=len(text) - 1) == ("sˈi ju əɡˈɛn sˈun,", "fɹˈɛnd.")
     long_rest = text + " ænd ɐnˈʌðəɹ lˈɔŋɡəɹ ɹˈɛst."
     assert take(long_rest, 20, whole_within=120)[0] == "sˈi ju əɡˈɛn sˈun,"
+
+
+def test_a_chunk_cut_between_words_reads_the_next_word_and_one_cut_at_a_clause_or_a_sentence_none() -> None:
+    chunks = ["wˈɛl, ˈaɪ θˈɪŋk", "sˈO, bˌʌt ðə", "wˈɛðəɹ ɪz tˈɜɹnɪŋ.", "ðə stˈeɪʃən,", "ɪz fˈɑɹ."]
+    assert [lookahead(chunks, k) for k in range(len(chunks))] == [" sˈO,", " wˈɛðəɹ", "", "", ""]
+
+
+def test_a_paced_plan_keeps_the_listener_fed_counting_the_word_read_ahead() -> None:
+    """Each later chunk, the word it reads ahead included, is made before the audio already sent has played (in
+    tokens of speech: a chunk of t tokens costs (t + PAD_TOKENS + the word read ahead) / rate to make)."""
+    words = ["ðə", "kwˈɪk", "bɹˈWn", "fˈɑks", "ʤˈʌmps", "ˈOvəɹ", "ðə", "lˈeɪzi", "dˈɔɡ", "ænd", "ɹˈʌnz", "əwˈeɪ"] * 8
+    text = " ".join(words) + "."
+    for rate in (2.0, 2.4, 3.0):
+        chunks = chunk(text, rate=rate)
+        assert sum(1 for k in range(len(chunks)) if lookahead(chunks, k)) >= 3
+        ahead = float(len(chunks[0]))
+        for k in range(1, len(chunks)):
+            made = (len(chunks[k]) + PAD_TOKENS + len(lookahead(chunks, k))) / rate
+            assert made <= ahead, (rate, k, chunks[k])
+            ahead += len(chunks[k]) - made
