@@ -59,6 +59,9 @@ class Plan:
     """The whole phoneme string the chunks are cut from."""
     spoken: tuple[words.Word, ...] = ()
     """The words read and their spans in ``phonemes`` (`app.text.words`); empty when unknown."""
+    read_ahead: bool = False
+    """Whether a chunk cut between words is read on into the next word (`app.text.chunker.lookahead`): the language
+    asks for it and the served model outputs the durations that say where to cut it off."""
 
 
 @dataclass(frozen=True)
@@ -117,10 +120,12 @@ class Engine:
         else:
             phoneme_text, spoken = self.frontend.phonemize_words(text, language.key, normalization)
         first_max = max(first_max, language.first_tokens)
-        chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max, rate=self.rate))
+        read_ahead = language.reads_ahead and self.timestamps
+        chunks = tuple(chunker.chunk(phoneme_text, first_max=first_max, rate=self.rate, read_ahead=read_ahead))
         if not any(self.vocab.ids(c) for c in chunks):
             raise InvalidInput("input has nothing to speak", param="input", code="empty_input")
-        return Plan(voice=resolved, speed=speed, chunks=chunks, phonemes=phoneme_text, spoken=tuple(spoken))
+        return Plan(voice=resolved, speed=speed, chunks=chunks, phonemes=phoneme_text, spoken=tuple(spoken),
+                    read_ahead=read_ahead)
 
     async def stream(self, plan: Plan) -> AsyncGenerator[npt.NDArray[np.float32], None]:
         """Audio of each chunk in order (`stream_timed` without the word timings)."""
@@ -155,7 +160,7 @@ class Engine:
                     ticket.remaining_tokens = sum(len(i) for i in ids[k:])
                 # Cut between two words, the chunk is read on into the next word, whose audio is cut off again
                 # (`app.text.chunker.lookahead`): where the durations say where it begins.
-                ahead = self.vocab.ids(chunker.lookahead(plan.chunks, k)) if self.timestamps and k < last else []
+                ahead = self.vocab.ids(chunker.lookahead(plan.chunks, k)) if plan.read_ahead and k < last else []
                 tokens = np.array([[0, *ids[k], *ahead, 0]], dtype=np.int64)
                 style = plan.voice.style_for(len(ids[k]) + len(ahead))
                 # The pause a join keeps is spoken at the request's speed, like the model's own.

@@ -21,11 +21,12 @@ made before the t' tokens already sent play out (less `MARGIN_TOKENS`). On a fas
 rule's and the chunks are those of the doubling rule; on a slow one they grow more slowly, so the listener never runs
 dry. The rate is fixed for the instance (it never follows the load), so the same request is cut the same way.
 
-**Read ahead at a cut between words.** The model speaks each chunk as a whole utterance: a chunk cut inside a clause
-would end on a word lengthened and falling in pitch as if the sentence ended there, and listeners mishear it (French
-most: the words of a phrase run into each other). So the model reads `LOOKAHEAD_WORDS` more of the next chunk after
-it (`lookahead`), and the audio is cut where that word begins (`app.engine`): the chunk's last word is spoken
-mid-phrase. Its cost is counted in the pace.
+**Read ahead at a cut between words** (``read_ahead``, for the languages that need it:
+`app.text.languages.Language.reads_ahead`). The model speaks each chunk as a whole utterance: a chunk cut inside a
+clause ends on a word lengthened and falling in pitch as if the sentence ended there, and in French and Italian
+listeners mishear it. So the model reads `LOOKAHEAD_WORDS` more of the next chunk after it (`lookahead`), and the
+audio is cut where that word begins (`app.engine`): the chunk's last word is spoken mid-phrase. Its cost is counted
+in the pace.
 
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
 its tokens (the model pads each chunk with audio the server trims), so a short rest costs nearly as
@@ -76,12 +77,13 @@ _ENDS = ".!?…,;:—"
 
 
 def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = MAX_CHUNK_TOKENS,
-          second_max: int = SECOND_CHUNK_TOKENS, rate: float = 0.0) -> list[str]:
+          second_max: int = SECOND_CHUNK_TOKENS, rate: float = 0.0, read_ahead: bool = False) -> list[str]:
     """Chunks of ``phonemes``: the first at most ``first_max`` characters (or the whole first sentence, where
     cutting it there would leave a rest shorter than `MIN_REST`), the second at most ``second_max`` (0: twice
     ``first_max``), later ones up to ``max_tokens``, each bound twice the one before; with ``rate`` > 0 each later
     bound is also at most what the audio ahead covers at that rate (`paced_bound`), never under half ``first_max``
-    (shorter chunks cost their padding for almost no speech)."""
+    (shorter chunks cost their padding for almost no speech); ``read_ahead``: a chunk cut between words costs the
+    next word too (module docstring)."""
     max_tokens = min(max_tokens, MODEL_MAX_TOKENS)
     head, rest = first(phonemes, first_max, max_tokens)
     if not head:
@@ -96,7 +98,7 @@ def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = 
         piece, rest = take(rest, limit, whole_within=max_tokens)
         out.append(piece)
         if rate > 0:
-            read = len(piece) + PAD_TOKENS + len(_read_ahead(piece, rest))
+            read = len(piece) + PAD_TOKENS + (len(_read_ahead(piece, rest)) if read_ahead else 0)
             ahead += len(piece) - read / rate
     return out
 

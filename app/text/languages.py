@@ -38,6 +38,10 @@ class Language:
     listener to hear it right: the bound means about 1.5 s of English, but Mandarin's tone marks and
     affricates, and Brazilian Portuguese's nasal marks, take tokens of their own, so 20 tokens there are two or three
     syllables, cut mid-phrase and misheard (docs/languages.md). 0: the chunker's bound."""
+    reads_ahead: bool = False
+    """Whether a chunk cut between two words is read on into the next word (`app.text.chunker.lookahead`): where a
+    chunk's last word spoken as an utterance's last was misheard (French, Italian). Elsewhere it was heard as well
+    either way, and reading ahead would cost every first chunk about a fifth more synthesis (docs/languages.md)."""
 
     @property
     def spaced(self) -> bool:
@@ -68,9 +72,9 @@ LANGUAGES: dict[str, Language] = {lang.code: lang for lang in (
     Language("a", "en-us", "American English", "misaki"),
     Language("b", "en-gb", "British English", "misaki"),
     Language("e", "es", "Spanish", "espeak"),
-    Language("f", "fr-fr", "French", "espeak"),
+    Language("f", "fr-fr", "French", "espeak", reads_ahead=True),
     Language("h", "hi", "Hindi", "espeak"),
-    Language("i", "it", "Italian", "espeak"),
+    Language("i", "it", "Italian", "espeak", reads_ahead=True),
     Language("p", "pt-br", "Brazilian Portuguese", "espeak", first_tokens=40),
     Language("j", "ja", "Japanese", "ja", ("pyopenjtalk",), "ja"),
     Language("z", "zh", "Mandarin Chinese", "zh", ("jieba", "pypinyin", "cn2an", "ordered_set", "pypinyin_dict"),

@@ -53,13 +53,13 @@ def _engine(per_token_s: float = 0.0005, *, slots: int = 1) -> tuple[Engine, Tim
     return engine, runtime
 
 
-async def _listen(engine: Engine, text: str) -> tuple[list[str], bytes]:
+async def _listen(engine: Engine, text: str, lang: str | None = None) -> tuple[list[str], bytes]:
     """The words heard, in order (their times checked: in order, inside the audio), and the audio's bytes."""
     heard: list[str] = []
     starts: list[float] = []
     audio: list[bytes] = []
     samples = 0
-    async for spoken in engine.stream_timed(engine.plan(text, "af_heart", 1.0)):
+    async for spoken in engine.stream_timed(engine.plan(text, "af_heart", 1.0, lang=lang)):
         assert spoken.words is not None
         heard.extend(w.word for w in spoken.words)
         starts.extend(w.start_time for w in spoken.words)
@@ -145,32 +145,43 @@ def test_mandarin_and_portuguese_start_with_a_longer_first_chunk_and_english_kee
     assert spanish.chunks == english.chunks
 
 
+READ_AHEAD = "here is a first sentence that runs on for a while before it ends. and then another one."
+
+
 def test_a_chunk_cut_between_words_is_read_on_into_the_next_word_whose_audio_is_cut_off() -> None:
-    """The model reads the next chunk's first word after a chunk cut inside a clause (`chunker.lookahead`), so the
-    chunk's end is spoken mid-phrase; that word's audio is cut where the durations say it begins, so every word is
-    still heard once, and the audio is the text's once."""
+    """In a language that reads ahead (French, Italian: `Language.reads_ahead`), the model reads the next chunk's first
+    word after a chunk cut inside a clause (`chunker.lookahead`), so the chunk's end is spoken mid-phrase; that word's
+    audio is cut where the durations say it begins, so every word is still heard once, and the audio is the text's
+    once."""
     engine, runtime = _engine()
-    text = "here is a first sentence that runs on for a while before it ends. and then another one."
-    plan = engine.plan(text, "af_heart", 1.0)
+    plan = engine.plan(READ_AHEAD, "af_heart", 1.0, lang="fr")
+    assert plan.read_ahead and plan.chunks == tuple(chunker.chunk(plan.phonemes, read_ahead=True))
     read = [engine.vocab.ids(chunker.lookahead(plan.chunks, k)) for k in range(len(plan.chunks))]
     assert read[0] and engine.vocab.ids(" " + plan.chunks[1].split()[0]) == read[0]  # cut between words
     assert not read[-1]  # nothing after the last
-    heard, audio = asyncio.run(_listen(engine, text))
-    assert runtime.tokens == [n + len(r) for n, r in zip(_planned(engine, text), read, strict=True)]
-    assert heard == text.split()  # every word once, in order
+    heard, audio = asyncio.run(_listen(engine, READ_AHEAD, lang="fr"))
+    assert runtime.tokens == [len(engine.vocab.ids(c)) + len(r) for c, r in zip(plan.chunks, read, strict=True)]
+    assert heard == READ_AHEAD.split()  # every word once, in order
     seconds = len(audio) / 4 / 24_000
     tokens = len(engine.vocab.ids(plan.phonemes))
     assert abs(seconds - tokens * SAMPLES_PER_TOKEN / 24_000) < 0.05 * seconds  # the words read ahead are cut off
 
 
-def test_an_untimed_model_reads_no_word_ahead() -> None:
-    """Without durations nothing says where the word read ahead begins: each chunk is read alone."""
+def test_english_and_an_untimed_model_read_no_word_ahead() -> None:
+    """English was heard as well with its chunks read alone, which keeps its first chunks as short to make (and its
+    bytes as they were); and without durations nothing says where a word read ahead would begin."""
     engine, runtime = _engine()
+    english = engine.plan(READ_AHEAD, "af_heart", 1.0)
+    assert not english.read_ahead and english.chunks == tuple(chunker.chunk(english.phonemes))
+    asyncio.run(_listen(engine, READ_AHEAD))
+    assert runtime.tokens == _planned(engine, READ_AHEAD)
+    runtime.tokens.clear()
     runtime.timed = engine.timestamps = False
-    text = "here is a first sentence that runs on for a while before it ends. and then another one."
+    french = engine.plan(READ_AHEAD, "af_heart", 1.0, lang="fr")
+    assert not french.read_ahead
 
     async def collect() -> int:
-        return sum([len(a) async for a in engine.stream(engine.plan(text, "af_heart", 1.0))])
+        return sum([len(a) async for a in engine.stream(french)])
 
     assert asyncio.run(collect()) > 0
-    assert runtime.tokens == _planned(engine, text)
+    assert runtime.tokens == [len(engine.vocab.ids(c)) for c in french.chunks]

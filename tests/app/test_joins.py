@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from app import silence
 from app.runtime.spec import Options
@@ -28,16 +29,26 @@ TEXT = ("Well, I think so, but the weather is turning and we should leave soon, 
 and at a semicolon."""
 
 
-def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path) -> None:
+FRENCH = ("Eh bien, je pense que oui, mais le temps change et nous devrions partir avant la pluie. "
+          "La gare est loin ; le dernier train part à neuf heures.")
+"""The same joins in French, which reads on into the next word at a cut between words (`Language.reads_ahead`): that
+join is where the word read ahead was cut off."""
+
+
+@pytest.mark.parametrize(("voice", "text"), [("af_heart", TEXT), ("ff_siwis", FRENCH)], ids=["en", "fr-read-ahead"])
+def test_no_discontinuity_at_joins_beyond_the_models_own(cache_dir: Path, voice: str, text: str) -> None:
     settings = Settings(cache_dir=cache_dir, quiet_window_s=0, backend=SPEECH_BACKEND)
     built = build_engine(settings, read_budget(), Options(in_process=True, warm_up=False))
     engine = built.engine
     built.state.restore()
     try:
-        plan = engine.plan(TEXT, "af_heart", 1.0)
+        plan = engine.plan(text, voice, 1.0)
         # Small chunks: many joins (the server's chunker, with smaller bounds than its constants).
-        plan = dataclasses.replace(plan, chunks=tuple(chunker.chunk(plan.phonemes, 20, 40, 40)))
+        chunks = tuple(chunker.chunk(plan.phonemes, 20, 40, 40, read_ahead=plan.read_ahead))
+        plan = dataclasses.replace(plan, chunks=chunks)
         assert len(plan.chunks) >= 5
+        assert plan.read_ahead == (voice == "ff_siwis")
+        assert not plan.read_ahead or any(chunker.lookahead(chunks, k) for k in range(len(chunks)))
 
         async def collect() -> list[npt.NDArray[np.float32]]:
             return [audio async for audio in engine.stream(plan)]

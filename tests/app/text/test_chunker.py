@@ -153,7 +153,7 @@ def test_a_paced_plan_keeps_the_listener_fed_counting_the_word_read_ahead() -> N
     words = ["ðə", "kwˈɪk", "bɹˈWn", "fˈɑks", "ʤˈʌmps", "ˈOvəɹ", "ðə", "lˈeɪzi", "dˈɔɡ", "ænd", "ɹˈʌnz", "əwˈeɪ"] * 8
     text = " ".join(words) + "."
     for rate in (2.0, 2.4, 3.0):
-        chunks = chunk(text, rate=rate)
+        chunks = chunk(text, rate=rate, read_ahead=True)
         assert sum(1 for k in range(len(chunks)) if lookahead(chunks, k)) >= 3
         ahead = float(len(chunks[0]))
         for k in range(1, len(chunks)):
