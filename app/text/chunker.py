@@ -23,10 +23,10 @@ dry. The rate is fixed for the instance (it never follows the load), so the same
 
 **Read ahead at a cut between words** (``read_ahead``, for the languages that need it:
 `app.text.languages.Language.reads_ahead`). The model speaks each chunk as a whole utterance: a chunk cut inside a
-clause ends on a word lengthened and falling in pitch as if the sentence ended there, and in French and Italian
-listeners mishear it. So the model reads `LOOKAHEAD_WORDS` more of the next chunk after it (`lookahead`), and the
-audio is cut where that word begins (`app.engine`): the chunk's last word is spoken mid-phrase. Its cost is counted
-in the pace.
+clause ends on a word lengthened and falling in pitch as if the sentence ended there, and in French, Italian and
+Mandarin listeners mishear it. So the model reads `LOOKAHEAD_WORDS` more of the next chunk after it (`lookahead`),
+and the audio is cut where that word begins (`app.engine`): the chunk's last word is spoken mid-phrase. Its cost is
+counted in the pace.
 
 No chunk is left tiny where the first chunk is cut: every inference costs a fixed part on top of
 its tokens (the model pads each chunk with audio the server trims), so a short rest costs nearly as

@@ -40,8 +40,9 @@ class Language:
     syllables, cut mid-phrase and misheard (docs/languages.md). 0: the chunker's bound."""
     reads_ahead: bool = False
     """Whether a chunk cut between two words is read on into the next word (`app.text.chunker.lookahead`): where a
-    chunk's last word spoken as an utterance's last was misheard (French, Italian). Elsewhere it was heard as well
-    either way, and reading ahead would cost every first chunk about a fifth more synthesis (docs/languages.md)."""
+    chunk's last word spoken as an utterance's last was misheard (French, Italian, Mandarin). Elsewhere it was heard
+    as well either way, and reading ahead would cost every first chunk about a fifth more synthesis
+    (docs/languages.md)."""
 
     @property
     def spaced(self) -> bool:
@@ -78,7 +79,7 @@ LANGUAGES: dict[str, Language] = {lang.code: lang for lang in (
     Language("p", "pt-br", "Brazilian Portuguese", "espeak", first_tokens=40),
     Language("j", "ja", "Japanese", "ja", ("pyopenjtalk",), "ja"),
     Language("z", "zh", "Mandarin Chinese", "zh", ("jieba", "pypinyin", "cn2an", "ordered_set", "pypinyin_dict"),
-             "zh", first_tokens=40),
+             "zh", first_tokens=40, reads_ahead=True),
 )}
 """By Kokoro's ``lang_code``."""
 

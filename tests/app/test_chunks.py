@@ -149,10 +149,10 @@ READ_AHEAD = "here is a first sentence that runs on for a while before it ends. 
 
 
 def test_a_chunk_cut_between_words_is_read_on_into_the_next_word_whose_audio_is_cut_off() -> None:
-    """In a language that reads ahead (French, Italian: `Language.reads_ahead`), the model reads the next chunk's first
-    word after a chunk cut inside a clause (`chunker.lookahead`), so the chunk's end is spoken mid-phrase; that word's
-    audio is cut where the durations say it begins, so every word is still heard once, and the audio is the text's
-    once."""
+    """In a language that reads ahead (French, Italian, Mandarin: `Language.reads_ahead`), the model reads the next
+    chunk's first word after a chunk cut inside a clause (`chunker.lookahead`), so the chunk's end is spoken
+    mid-phrase; that word's audio is cut where the durations say it begins, so every word is still heard once, and
+    the audio is the text's once."""
     engine, runtime = _engine()
     plan = engine.plan(READ_AHEAD, "af_heart", 1.0, lang="fr")
     assert plan.read_ahead and plan.chunks == tuple(chunker.chunk(plan.phonemes, read_ahead=True))
