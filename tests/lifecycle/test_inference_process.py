@@ -61,6 +61,12 @@ def ended(process: psutil.Process) -> bool:
         return True
 
 
+def waiting_logged(server: LiveServer) -> int:
+    """How many inference processes have said they wait released, what they read given back (`messages.Shed`): only
+    the log tells when that is done."""
+    return server.log().count(WAITING)
+
+
 def mapped(pid: int, needle: str) -> bool:
     return needle in Path(f"/proc/{pid}/maps").read_text()
 
@@ -84,13 +90,13 @@ def test_a_release_ends_the_inference_process_and_starts_the_next_which_waits_im
     for runtime in ("libopenvino", "onnxruntime"):
         assert not mapped(server.process.pid, runtime)
 
-    shed = server.log().count(WAITING)
+    shed = waiting_logged(server)
     release(server)
     (idle,) = live_children(server)  # the next process, started at once, waiting with no model
     assert idle.pid != child.pid
     assert ended(child)
     deadline = time.monotonic() + 30
-    while server.log().count(WAITING) == shed:  # its imports done, its session held, what they read given back
+    while waiting_logged(server) == shed:  # its imports done, its session held, what they read given back
         assert time.monotonic() < deadline
         time.sleep(0.1)
     # The held session maps the graph saved packed; its pages went (`messages.Shed`): its heap and libraries stay,
