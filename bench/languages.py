@@ -12,9 +12,9 @@ with numbers, dates and names) and each of its voices, every sentence is synthes
   kokoro-onnx call: the served text without the server's chunk cuts.
 
 Whisper base (`bench.whisper_base`), told the language, transcribes each take, and `bench.langscore` counts word
-errors (character errors for Japanese and Mandarin). ``--normalization`` measures instead the English
-normalization set (``bench/corpus/languages/en-normalize.json``: text as language models write it, and the words
-a listener expects), served with the request's normalization on and off.
+errors (character errors for Japanese and Mandarin). ``--normalization`` measures instead a normalization set
+(``bench/corpus/languages/en-normalize.json``, or those ``--langs`` names: ``fr-normalize``, ``es-normalize``; text
+as language models write it, and the words a listener expects), served with the request's normalization on and off.
 
 Needs the ``quality`` extra and the ``ja`` and ``zh`` extras; nothing is downloaded at run time. Writes
 ``languages.json`` and ``README.md`` to ``--out``; the audio goes under ``--cache-dir``.
@@ -282,7 +282,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--all-voices", action="store_true", help="every voice each corpus lists")
     parser.add_argument("--items", type=int, default=0, help="only the first N sentences of each corpus")
     parser.add_argument("--normalization", action="store_true",
-                        help="the English normalization set, served with normalization on and off")
+                        help="a normalization set (default en-normalize; --langs fr-normalize,es-normalize), served "
+                             "with normalization on and off")
     parser.add_argument("--sides", default="", help=f"comma-separated, of {', '.join(SIDES)} (default: all)")
     parser.add_argument("--voices-file", type=Path, help="voices .npz for every side (the server's TTS_VOICES_PATH)")
     parser.add_argument("--url", help="measure the server running at URL instead of starting one")
@@ -300,13 +301,13 @@ def main(argv: list[str]) -> int:
         print(args.rescore / "README.md")
         return 0
     logging.getLogger("phonemizer").addFilter(lambda record: "count mismatch" not in record.getMessage())
+    wanted = [n for n in args.langs.split(",") if n]
     if args.normalization:
-        paths = [CORPUS_DIR / "en-normalize.json"]
+        paths = [CORPUS_DIR / f"{n}.json" for n in wanted or ["en-normalize"]]
         sides = NORMALIZATION_SIDES
     else:
-        wanted = [n for n in args.langs.split(",") if n]
         paths = [CORPUS_DIR / f"{n}.json" for n in wanted] or sorted(
-            p for p in CORPUS_DIR.glob("*.json") if p.stem != "en-normalize")
+            p for p in CORPUS_DIR.glob("*.json") if not p.stem.endswith("-normalize"))
         sides = tuple(s for s in args.sides.split(",") if s) or SIDES
     corpora = tuple(load(p) for p in paths)
     if args.items:

@@ -45,11 +45,12 @@ def _word(part: str, host: bool) -> str:
     return part
 
 
-def _said(address: str, host: bool = True) -> str:
-    """``address`` part by part; the host ends at its first ``/`` (an e-mail address is all host after its ``@``)."""
+def _said(address: str, host: bool = True, marks: dict[str, str] = _MARKS) -> str:
+    """``address`` part by part, its marks named in ``marks``; the host ends at its first ``/`` (an e-mail address is
+    all host after its ``@``)."""
     said: list[str] = []
     for part in _PART.findall(address):
-        said.append(_word(part, host) if part[0].isalnum() else _MARKS.get(part, " "))
+        said.append(_word(part, host) if part[0].isalnum() else marks.get(part, " "))
         host = host and part != "/"
     return " ".join(" ".join(said).split())
 
@@ -60,16 +61,18 @@ def _trailing(found: str) -> tuple[str, str]:
     return core, found[len(core):]
 
 
-def read_url(m: re.Match[str]) -> str:
+def read_url(m: re.Match[str], marks: dict[str, str] = _MARKS) -> str:
+    """A web address said part by part (``marks``: the marks' names in the text's language)."""
     core, tail = _trailing(m[0])
     core = re.sub(r"^https?://", "", core).rstrip("/")
-    return _said(core) + tail
+    return _said(core, marks=marks) + tail
 
 
-def read_email(m: re.Match[str]) -> str:
+def read_email(m: re.Match[str], marks: dict[str, str] = _MARKS) -> str:
+    """An e-mail address said part by part, its ``@`` as ``marks`` names it."""
     core, tail = _trailing(m[0])
     local, _, domain = core.partition("@")
-    return f"{_said(local, host=False)} at {_said(domain)}{tail}"
+    return f"{_said(local, host=False, marks=marks)} {marks['@']} {_said(domain, marks=marks)}{tail}"
 
 
 def read_phone(m: re.Match[str]) -> str:

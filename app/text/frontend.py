@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.text import clean as textclean
-from app.text import languages, lexicon, normalize, words
+from app.text import languages, lexicon, localized, normalize, words
 from app.text.readers import READERS, ReaderProcess
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,8 @@ class Frontend:
         """Phonemes for ``text`` in ``lang`` (a `app.text.languages.Language` key); unknown characters are dropped.
 
         English is first rewritten where misaki would read it wrong (dates, times, units, addresses, phone numbers:
-        `app.text.normalize`, as ``normalization`` asks). The text is cleaned and cut into bounded pieces
+        `app.text.normalize`, as ``normalization`` asks); Spanish, French, Italian and Brazilian Portuguese where
+        espeak-ng would (dates, times, addresses: `app.text.localized`). The text is cleaned and cut into bounded pieces
         (`app.text.clean`), and the lock is taken per piece, so a long input neither takes superlinear time nor
         holds up other requests."""
         return self.phonemize_words(text, lang, normalization)[0]
@@ -203,7 +204,7 @@ class Frontend:
         is a `app.text.languages.Language` key. Only English gives words (misaki's tokens, so the words of the
         normalized text: "December seventh" for ``12/07``); the other languages none."""
         if lang not in ENGLISH:
-            return self._phonemize_other(text, languages.parse(lang)), []
+            return self._phonemize_other(localized.rewrite(text, lang, normalization), languages.parse(lang)), []
         return self._phonemize_english(normalize.english(text, normalization, british=lang == "en-gb"), lang)
 
     def _phonemize_english(self, text: str, lang: str) -> tuple[str, list[words.Word]]:

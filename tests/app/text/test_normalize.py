@@ -179,7 +179,7 @@ def test_text_with_nothing_to_normalize_gives_the_same_phonemes(frontend: Fronte
     assert frontend.phonemize("$5.20", "en-us") == "fˈIv dˈɑləɹz ænd twˈɛnti sˈɛnts"  # misaki's own, kept
 
 
-def test_other_languages_are_not_normalized(frontend: Frontend) -> None:
+def test_phone_numbers_are_rewritten_in_english_only(frontend: Frontend) -> None:
     assert frontend.phonemize("Llamé al 555-0142.", "es") == frontend.phonemize("Llamé al 555-0142.", "es", OFF)
 
 
