@@ -8,7 +8,8 @@ Both sides are made comparable the same way before counting, so that how a recog
   num2words in the language (Hindi has none there: its corpus writes numbers in words); Hindi loses its nukta
   and candrabindu marks, which the recogniser writes or drops by chance. English goes through the server's own
   normalizer first (`app.text.normalize`), so "Dec. 7th" and "December seventh" compare equal, and money,
-  ``%``, ``Dr.`` and ``U.S.`` are written out as misaki reads them.
+  ``%``, ``Dr.`` and ``U.S.`` are written out as misaki reads them; Spanish, French, Italian and Portuguese go
+  through its rewrite of dates, times and addresses (`app.text.localized`), and French ``14h30`` is "14 heures 30".
 - Japanese: character error rate over the reading in katakana (pyopenjtalk), so kanji against kana for the same
   word costs nothing and a misheard word costs its sounds.
 - Mandarin: character error rate over one toned pinyin syllable per character (pypinyin; digits first become
@@ -64,6 +65,12 @@ as words, on both sides; and how a recogniser writes what was said right: a time
 phone number's digits in any grouping."""
 
 
+_LOCALIZED = {"es": "es", "fr": "fr-fr", "it": "it", "pt": "pt-br"}
+"""The languages whose dates, times and addresses the server writes out (`app.text.localized`), by its key."""
+_FRENCH_HOURS = re.compile(r"\b(\d{1,2}) ?h ?(\d{2})?\b")
+"""``14h30``, ``9h``: how French writes a time it hears said "quatorze heures trente"."""
+
+
 @dataclass(frozen=True)
 class Score:
     units: int
@@ -106,6 +113,13 @@ def words(text: str, lang: str) -> list[str]:
         for pattern, spoken in _ENGLISH:
             text = pattern.sub(spoken, text)
         return [w.text for w in transcript.words(text)]
+    if lang in _LOCALIZED:
+        from app.text import localized
+        from app.text.normalize import DEFAULT
+
+        if lang == "fr":
+            text = _FRENCH_HOURS.sub(lambda m: f"{m[1]} heures {m[2] or ''}", text)
+        text = localized.rewrite(text, _LOCALIZED[lang], DEFAULT)
     text = unicodedata.normalize("NFC", text.lower())
     if lang == "hi":
         text = unicodedata.normalize("NFD", text).replace("\u093c", "").replace("\u0901", "\u0902")
