@@ -158,8 +158,8 @@ class Engine:
                     continue
                 if ticket is not None:  # what admission prices this request's place by
                     ticket.remaining_tokens = sum(len(i) for i in ids[k:])
-                # Cut between two words, the chunk is read on into the next word, whose audio is cut off again
-                # (`app.text.chunker.lookahead`): where the durations say where it begins.
+                # Cut between two words, the chunk is read on into the next word (`app.text.chunker.lookahead`),
+                # whose audio is cut off again where the durations say it begins.
                 ahead = self.vocab.ids(chunker.lookahead(plan.chunks, k)) if plan.read_ahead and k < last else []
                 tokens = np.array([[0, *ids[k], *ahead, 0]], dtype=np.int64)
                 style = plan.voice.style_for(len(ids[k]) + len(ahead))

@@ -111,9 +111,12 @@ def lookahead(chunks: Sequence[str], k: int) -> str:
 
 
 def _read_ahead(piece: str, rest: str) -> str:
+    """`lookahead` of a chunk ``piece`` and the text after it; nothing where the word is longer than a first chunk (a
+    run with no space, cut hard): reading it would cost as much as a chunk."""
     if not rest.strip() or piece.rstrip()[-1:] in _ENDS:
         return ""
-    return " " + " ".join(rest.split()[:LOOKAHEAD_WORDS])
+    read = " ".join(rest.split()[:LOOKAHEAD_WORDS])
+    return "" if len(read) > FIRST_CHUNK_TOKENS else " " + read
 
 
 def paced_bound(ahead: float, rate: float) -> int:

@@ -145,6 +145,8 @@ def test_a_later_chunk_is_not_cut_to_leave_a_tiny_rest() -> None:
 def test_a_chunk_cut_between_words_reads_the_next_word_and_one_cut_at_a_clause_or_a_sentence_none() -> None:
     chunks = ["wˈɛl, ˈaɪ θˈɪŋk", "sˈO, bˌʌt ðə", "wˈɛðəɹ ɪz tˈɜɹnɪŋ.", "ðə stˈeɪʃən,", "ɪz fˈɑɹ."]
     assert [lookahead(chunks, k) for k in range(len(chunks))] == [" sˈO,", " wˈɛðəɹ", "", "", ""]
+    # A run with no space in it, cut hard, is not read ahead: it would cost as much as a chunk.
+    assert lookahead(["ə lˈɑŋ", "x" * (FIRST_CHUNK_TOKENS + 1) + " wˈɜɹd."], 0) == ""
 
 
 def test_a_paced_plan_keeps_the_listener_fed_counting_the_word_read_ahead() -> None:
