@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from app.text import chunker
+
 SAMPLE_RATE = 24_000
 QUIET = 0.01
 """Amplitude below which a sample counts as silence (speech peaks at 0.3–0.6 here)."""
@@ -31,9 +33,9 @@ quietest point: the durations are whole frames of 25 ms."""
 def boundary(phonemes: str) -> str:
     """The kind of boundary a chunk of phonemes ends at: ``sentence``, ``clause`` or ``word``."""
     end = phonemes.rstrip()[-1:]
-    if end in ".!?…":
+    if end in chunker.SENTENCE_ENDS:
         return "sentence"
-    return "clause" if end in ",;:—" else "word"
+    return "clause" if end in chunker.CLAUSE_ENDS else "word"
 
 
 def trim(audio: npt.NDArray[np.float32], *, pause_s: float | None) -> npt.NDArray[np.float32]:

@@ -65,8 +65,6 @@ as words, on both sides; and how a recogniser writes what was said right: a time
 phone number's digits in any grouping."""
 
 
-_LOCALIZED = {"es": "es", "fr": "fr-fr", "it": "it", "pt": "pt-br"}
-"""The languages whose dates, times and addresses the server writes out (`app.text.localized`), by its key."""
 _FRENCH_HOURS = re.compile(r"\b(\d{1,2}) ?h ?(\d{2})?\b")
 """``14h30``, ``9h``: how French writes a time it hears said "quatorze heures trente"."""
 
@@ -113,13 +111,12 @@ def words(text: str, lang: str) -> list[str]:
         for pattern, spoken in _ENGLISH:
             text = pattern.sub(spoken, text)
         return [w.text for w in transcript.words(text)]
-    if lang in _LOCALIZED:
-        from app.text import localized
-        from app.text.normalize import DEFAULT
+    from app.text import languages, localized
+    from app.text.normalize import DEFAULT
 
-        if lang == "fr":
-            text = _FRENCH_HOURS.sub(lambda m: f"{m[1]} heures {m[2] or ''}", text)
-        text = localized.rewrite(text, _LOCALIZED[lang], DEFAULT)
+    if lang == "fr":
+        text = _FRENCH_HOURS.sub(lambda m: f"{m[1]} heures {m[2] or ''}", text)
+    text = localized.rewrite(text, languages.parse(lang).key, DEFAULT)  # as the server would (none for Hindi)
     text = unicodedata.normalize("NFC", text.lower())
     if lang == "hi":
         text = unicodedata.normalize("NFD", text).replace("\u093c", "").replace("\u0901", "\u0902")

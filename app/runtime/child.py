@@ -25,8 +25,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
-
-import psutil
+from pathlib import Path
 
 from app.runtime import early, messages
 from app.runtime.local import LocalRuntime
@@ -76,7 +75,7 @@ class InferenceLoop:
                     self._hold()
                     pagecache.page_out_mappings()
                     pagecache.evict(pagecache.loaded_files() + self.runtime.files())
-                    log.info("%s, %.0f MB resident", WAITING, psutil.Process().memory_info().rss / 1e6)
+                    log.info("%s, %.0f MB resident", WAITING, _resident_bytes() / 1e6)
                 case messages.ListFiles(ident=ident):
                     # The runtime's files, and every library and module this process loaded: the server
                     # evicts them from the page cache once this process has ended.
@@ -118,6 +117,11 @@ class InferenceLoop:
             self.send(messages.Failed(request.ident, f"{type(exc).__name__}: {exc}"))
             return
         self.send(messages.Audio(request.ident, done.audio, backend, done.durations))
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory, from ``/proc/self/statm`` (psutil would add its import to every start)."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def main(argv: list[str]) -> int:

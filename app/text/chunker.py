@@ -72,8 +72,11 @@ _FINER = (
     re.compile(r"\s+"),  # words
 )
 _SENTENCE = re.compile(r"(?<=[.!?…])\s+")
-_ENDS = ".!?…,;:—"
-"""What a chunk that ends a sentence or a clause ends with."""
+SENTENCE_ENDS = ".!?…"
+"""What a chunk that ends a sentence ends with."""
+CLAUSE_ENDS = ",;:—"
+"""What a chunk that ends a clause ends with (any other chunk ends between two words)."""
+_ENDS = SENTENCE_ENDS + CLAUSE_ENDS
 
 
 def chunk(phonemes: str, first_max: int = FIRST_CHUNK_TOKENS, max_tokens: int = MAX_CHUNK_TOKENS,
